@@ -1,0 +1,282 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/rendezvous"
+	"github.com/zipccl/zipccl/backend/transport"
+	"github.com/zipccl/zipccl/backend/zlog"
+)
+
+// Config describes one rank of a group.
+type Config struct {
+	Rank, Size int
+	Name       string // unique per group within the job
+	Timeout    time.Duration
+	Store      rendezvous.Store
+	Options    map[string]string
+	// Complete receives every accepted op's outcome exactly once, after
+	// the engine has stopped touching the op's buffers.
+	Complete func(ticket uint64, source int, err error)
+	// Endpoint overrides the process's shared listener (tests).
+	Endpoint *transport.Endpoint
+}
+
+// Comm is one rank's communicator.
+type Comm struct {
+	cfg     Config
+	log     *zlog.Logger
+	mesh    *transport.Mesh
+	pool    *collective.Pool
+	timeout atomic.Int64 // nanoseconds
+
+	ctx    context.Context // cancelled when the group breaks or closes
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*task // collectives waiting for the executor
+	seq     uint64  // next collective sequence number
+	closing bool
+	broken  error
+	active  sync.WaitGroup // accepted ops not yet completed
+
+	sendQ map[int]*sendQueue // per-destination FIFO of sends
+
+	stats stats
+}
+
+type task struct {
+	op    *Op
+	seq   uint64
+	start time.Time
+	wire  atomic.Int64 // payload bytes this rank sent for the op
+}
+
+// New creates the communicator. It publishes this rank's address (and, on
+// rank 0, the group secret) through the store and connects nothing.
+func New(cfg Config) (*Comm, error) {
+	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, invalidf("invalid rank %d for group size %d", cfg.Rank, cfg.Size)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Minute
+	}
+	c := &Comm{cfg: cfg, log: zlog.New(cfg.Rank, cfg.Name), pool: collective.NewPool(), sendQ: map[int]*sendQueue{}}
+	c.cond = sync.NewCond(&c.mu)
+	c.timeout.Store(int64(cfg.Timeout))
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.stats.init()
+
+	if cfg.Size > 1 {
+		ep := cfg.Endpoint
+		if ep == nil {
+			var err error
+			if ep, err = transport.Shared(); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.Rank == 0 {
+			if _, err := rendezvous.PublishSecret(cfg.Store); err != nil {
+				return nil, err
+			}
+		}
+		m, err := transport.NewMesh(ep, transport.Config{
+			Name: cfg.Name, Rank: cfg.Rank, Size: cfg.Size,
+			Secret:      func(ctx context.Context) ([]byte, error) { return rendezvous.FetchSecret(ctx, cfg.Store) },
+			PeerAddr:    func(ctx context.Context, p int) (string, error) { return rendezvous.FetchAddr(ctx, cfg.Store, p) },
+			OnPeerLost:  c.peerLost,
+			OnAbort:     c.peerAborted,
+			DialTimeout: c.Timeout,
+			Log:         c.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := rendezvous.PublishAddr(cfg.Store, cfg.Rank, ep.Addr()); err != nil {
+			m.Close()
+			return nil, err
+		}
+		c.mesh = m
+	}
+	go c.executor()
+	c.log.Infof("communicator created: rank %d of %d, timeout %v", cfg.Rank, cfg.Size, cfg.Timeout)
+	return c, nil
+}
+
+// Timeout is the default per-op timeout.
+func (c *Comm) Timeout() time.Duration { return time.Duration(c.timeout.Load()) }
+
+// SetTimeout changes the default per-op timeout for ops started afterwards.
+func (c *Comm) SetTimeout(d time.Duration) {
+	if d > 0 {
+		c.timeout.Store(int64(d))
+	}
+}
+
+// Rank of this communicator; Size of its group.
+func (c *Comm) Rank() int { return c.cfg.Rank }
+
+// Size of the group.
+func (c *Comm) Size() int { return c.cfg.Size }
+
+// Submit validates op and queues it. A nil error means Complete will be
+// called for op.Ticket; an error means nothing was sent.
+func (c *Comm) Submit(op *Op) error {
+	if err := op.validate(c.cfg.Rank, c.cfg.Size); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return &Error{Code: CodeComm, Msg: fmt.Sprintf("zipccl: %s on rank %d: the communicator of group %q is shut down", op.Kind, c.cfg.Rank, c.cfg.Name)}
+	}
+	if c.broken != nil {
+		return &Error{Code: CodeComm, Msg: fmt.Sprintf("zipccl: %s on rank %d: group %q is unusable after an earlier failure: %v", op.Kind, c.cfg.Rank, c.cfg.Name, c.broken)}
+	}
+	c.active.Add(1)
+	t := &task{op: op, start: time.Now()}
+	if op.isCollective() {
+		t.seq = c.seq
+		c.seq++
+		c.queue = append(c.queue, t)
+		c.cond.Signal()
+		return nil
+	}
+	c.startP2P(t)
+	return nil
+}
+
+// complete delivers an op's outcome.
+func (c *Comm) complete(t *task, source int, err error) {
+	c.stats.record(t.op, t.wire.Load(), time.Since(t.start), err)
+	if err != nil {
+		c.log.Infof("%s failed: %v", t.op.Kind, err)
+	} else if zlog.Enabled(zlog.Trace) {
+		c.log.Tracef("%s #%d done in %v", t.op.Kind, t.seq, time.Since(t.start))
+	}
+	if c.cfg.Complete != nil {
+		c.cfg.Complete(t.op.Ticket, source, err)
+	}
+	c.active.Done()
+}
+
+// executor runs collectives one at a time in sequence order.
+func (c *Comm) executor() {
+	for {
+		c.mu.Lock()
+		for len(c.queue) == 0 && !c.closing {
+			c.cond.Wait()
+		}
+		if len(c.queue) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		t := c.queue[0]
+		c.queue = c.queue[1:]
+		broken := c.broken
+		c.mu.Unlock()
+
+		var err error
+		if broken != nil {
+			err = c.brokenOpError(t, broken)
+		} else {
+			err = c.runCollective(t)
+		}
+		if c.mesh != nil {
+			c.mesh.SetCollFloor(t.seq + 1)
+		}
+		c.complete(t, -1, err)
+	}
+}
+
+func (c *Comm) brokenOpError(t *task, cause error) error {
+	return &Error{Code: CodeComm, Msg: fmt.Sprintf("zipccl: %s #%d on rank %d of group %q failed: %v", t.op.Kind, t.seq, c.cfg.Rank, c.cfg.Name, cause)}
+}
+
+// breakGroup marks the group unusable: every running op fails and every
+// later one is refused. The first reason wins.
+func (c *Comm) breakGroup(reason error) bool {
+	c.mu.Lock()
+	if c.broken != nil || c.closing {
+		c.mu.Unlock()
+		return false
+	}
+	c.broken = reason
+	c.mu.Unlock()
+	c.cancel(&brokenError{reason: reason.Error()})
+	return true
+}
+
+// peerLost is the transport's report that a connection died.
+func (c *Comm) peerLost(peer int, err error) {
+	reason := fmt.Errorf("rank %d is lost (%v)", peer, errors.Unwrap(err))
+	if !c.breakGroup(reason) {
+		return
+	}
+	c.log.Warnf("%v", reason)
+	msg := fmt.Sprintf("rank %d is lost (detected by rank %d: %v)", peer, c.cfg.Rank, errors.Unwrap(err))
+	go func() {
+		c.mesh.SendAbort(msg)
+		rendezvous.ReportAbort(c.cfg.Store, msg)
+	}()
+}
+
+// peerAborted is a peer's report that the group is broken.
+func (c *Comm) peerAborted(peer int, reason string) {
+	if c.breakGroup(fmt.Errorf("%s (reported by rank %d)", reason, peer)) {
+		c.log.Warnf("rank %d reports: %s", peer, reason)
+	}
+}
+
+// Abort fails every pending op and closes every connection now.
+func (c *Comm) Abort(reason string) {
+	if reason == "" {
+		reason = "aborted"
+	}
+	err := fmt.Errorf("communicator aborted on rank %d: %s", c.cfg.Rank, reason)
+	c.breakGroup(err)
+	if c.mesh != nil {
+		c.mesh.SendAbort(err.Error())
+		c.mesh.Abort(err)
+	}
+	c.shutdownExecutor()
+	c.active.Wait()
+}
+
+// closeWait bounds how long Close waits for ops still in flight before
+// aborting them.
+const closeWait = 30 * time.Second
+
+// Close waits for accepted ops to finish (at most closeWait), says goodbye
+// to the peers and releases everything.
+func (c *Comm) Close() {
+	c.shutdownExecutor()
+	done := make(chan struct{})
+	go func() { c.active.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(min(closeWait, c.Timeout())):
+		c.log.Warnf("closing with ops still pending; aborting them")
+		c.cancel(&brokenError{reason: "communicator shut down with this op still pending"})
+		<-done
+	}
+	c.cancel(&brokenError{reason: "communicator shut down"})
+	if c.mesh != nil {
+		c.mesh.Close()
+	}
+	c.log.Infof("communicator closed; %s", c.stats.summary())
+}
+
+func (c *Comm) shutdownExecutor() {
+	c.mu.Lock()
+	c.closing = true
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}

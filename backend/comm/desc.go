@@ -1,0 +1,125 @@
+package comm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/reduce"
+	"github.com/zipccl/zipccl/backend/transport"
+)
+
+// The op descriptor travels in every message (transport.Desc, 32 bytes) and
+// holds what every rank must agree on for the op:
+//
+//	0  kind u8
+//	1  dtype u8
+//	2  reduce op u8 (0xff when the op does not reduce)
+//	3  zero
+//	4  root i32 (-1 when the op has no root)
+//	8  count u64: elements that must be equal on every rank (0 if none)
+//	16 sizes u64: FNV-1a of per-rank element counts that must agree (0 if none)
+//	24 zero
+const noReduce = 0xff
+
+type descFields struct {
+	kind   Kind
+	dt     dtype.DType
+	redop  uint8
+	root   int32
+	count  uint64
+	layout uint64
+}
+
+func (f descFields) encode() transport.Desc {
+	var d transport.Desc
+	d[0] = byte(f.kind)
+	d[1] = byte(f.dt)
+	d[2] = f.redop
+	binary.LittleEndian.PutUint32(d[4:], uint32(f.root))
+	binary.LittleEndian.PutUint64(d[8:], f.count)
+	binary.LittleEndian.PutUint64(d[16:], f.layout)
+	return d
+}
+
+func decodeDesc(d transport.Desc) descFields {
+	return descFields{
+		kind:   Kind(d[0]),
+		dt:     dtype.DType(d[1]),
+		redop:  d[2],
+		root:   int32(binary.LittleEndian.Uint32(d[4:])),
+		count:  binary.LittleEndian.Uint64(d[8:]),
+		layout: binary.LittleEndian.Uint64(d[16:]),
+	}
+}
+
+// String renders a descriptor for error messages, e.g.
+// "all_reduce(float32, 1024 elements, SUM)".
+func (f descFields) String() string {
+	if f.kind == Barrier {
+		return "barrier()"
+	}
+	s := fmt.Sprintf("%s(%s", f.kind, f.dt)
+	if f.count != 0 || f.layout == 0 {
+		s += fmt.Sprintf(", %d elements", f.count)
+	}
+	if f.layout != 0 {
+		s += fmt.Sprintf(", per-rank sizes #%08x", uint32(f.layout))
+	}
+	if f.redop != noReduce {
+		s += ", " + reduce.Op(f.redop).String()
+	}
+	if f.root >= 0 {
+		s += fmt.Sprintf(", root %d", f.root)
+	}
+	return s + ")"
+}
+
+func sizesHash(op *Op, bufs [][]byte) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for _, x := range bufs {
+		binary.LittleEndian.PutUint64(b[:], uint64(op.numel(x)))
+		h.Write(b[:])
+	}
+	return h.Sum64() | 1 // never 0, which means "no layout"
+}
+
+// describe builds the descriptor of a collective op: what must be equal on
+// every rank. Per-pair lengths (all_to_all) are checked message by message.
+func describe(op *Op, rank int) descFields {
+	f := descFields{kind: op.Kind, dt: op.DType, redop: noReduce, root: -1}
+	if op.isReduction() {
+		f.redop = uint8(op.ReduceOp)
+	}
+	switch op.Kind {
+	case AllReduce:
+		f.count = uint64(op.numel(op.In[0]))
+	case Broadcast:
+		f.root = int32(op.Root)
+		f.count = uint64(op.numel(op.In[0]))
+	case Reduce:
+		f.root = int32(op.Root)
+		f.count = uint64(op.numel(op.In[0]))
+	case AllGather:
+		f.layout = sizesHash(op, op.Out)
+	case ReduceScatter:
+		f.layout = sizesHash(op, op.In)
+	case Gather:
+		f.root = int32(op.Root)
+		f.count = uint64(op.numel(op.In[0]))
+	case Scatter:
+		f.root = int32(op.Root)
+		f.count = uint64(op.numel(op.Out[0]))
+	case Send, Recv:
+		// Both ends of a message must agree on the dtype; the length is
+		// checked against the receive buffer.
+		f.kind = Send
+	case AllToAll, Barrier:
+	}
+	if op.Kind == Barrier {
+		f.dt = 0
+	}
+	return f
+}

@@ -1,0 +1,250 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/reduce"
+	"github.com/zipccl/zipccl/backend/rendezvous"
+	"github.com/zipccl/zipccl/backend/transport"
+)
+
+// opConn is a collective op's view of the mesh (collective.Conn): every
+// message carries the op's sequence number and descriptor, and every
+// incoming one must carry the same.
+type opConn struct {
+	c    *Comm
+	t    *task
+	seq  uint64
+	desc transport.Desc
+}
+
+func (o *opConn) Rank() int { return o.c.cfg.Rank }
+func (o *opConn) Size() int { return o.c.cfg.Size }
+
+func (o *opConn) Send(ctx context.Context, peer int, slot uint32, bufs ...[]byte) error {
+	if err := o.c.mesh.Send(ctx, peer, transport.Key{Kind: transport.Coll, Seq: o.seq, Slot: slot}, &o.desc, bufs...); err != nil {
+		return &peerOpError{peer: peer, send: true, err: err}
+	}
+	o.t.wire.Add(byteLen(bufs))
+	return nil
+}
+
+func (o *opConn) Recv(ctx context.Context, peer int, slot uint32, buf []byte) error {
+	_, err := o.c.mesh.Recv(ctx, peer, transport.Key{Kind: transport.Coll, Seq: o.seq, Slot: slot}, buf, &o.desc)
+	if err != nil {
+		return &peerOpError{peer: peer, err: err}
+	}
+	return nil
+}
+
+// peerOpError remembers which peer an op was talking to when it failed.
+type peerOpError struct {
+	peer int
+	send bool
+	err  error
+}
+
+func (e *peerOpError) Error() string {
+	if e.send {
+		return fmt.Sprintf("sending to rank %d: %v", e.peer, e.err)
+	}
+	return fmt.Sprintf("receiving from rank %d: %v", e.peer, e.err)
+}
+
+func (e *peerOpError) Unwrap() error { return e.err }
+
+// runCollective runs one collective: the agreement check and the data
+// movement run concurrently under the op's deadline.
+func (c *Comm) runCollective(t *task) error {
+	op := t.op
+	fields := describe(op, c.cfg.Rank)
+	timeout := c.Timeout()
+	if op.Timeout > 0 {
+		timeout = time.Duration(op.Timeout) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeoutCause(c.ctx, timeout, &timeoutError{after: timeout.String()})
+	defer cancel()
+
+	if c.cfg.Size == 1 {
+		return c.collErr(t, fields, runLocal(op))
+	}
+	conn := &opConn{c: c, t: t, seq: t.seq, desc: fields.encode()}
+	dataCtx, dataCancel := context.WithCancelCause(ctx)
+	defer dataCancel(nil)
+	checkErr := make(chan error, 1)
+	go func() {
+		err := c.agree(ctx, conn, fields)
+		if err != nil {
+			dataCancel(err)
+		}
+		checkErr <- err
+	}()
+	var dataErr error
+	if op.Kind != Barrier {
+		dataErr = c.runAlgorithm(dataCtx, conn, op)
+	}
+	cerr := <-checkErr
+	var mm *mismatchError
+	switch {
+	case errors.As(cerr, &mm):
+		return c.collErr(t, fields, cerr)
+	case dataErr != nil:
+		return c.collErr(t, fields, dataErr)
+	default:
+		return c.collErr(t, fields, cerr)
+	}
+}
+
+func (c *Comm) collErr(t *task, fields descFields, err error) error {
+	if err == nil {
+		return nil
+	}
+	what := fmt.Sprintf("zipccl: %s #%d on rank %d of group %q", fields, t.seq, c.cfg.Rank, c.cfg.Name)
+	return c.wrapErr(what, fields, err)
+}
+
+// wrapErr turns a failure into the message the user sees, prefixed by what
+// (the op and where it ran), and breaks the group when the failure leaves
+// the connections in an unknown state.
+func (c *Comm) wrapErr(what string, fields descFields, err error) error {
+	var (
+		mm  *mismatchError
+		tme *transport.MismatchError
+		to  *timeoutError
+		br  *brokenError
+		ce  *Error
+	)
+	switch {
+	case errors.As(err, &ce):
+		return err
+	case errors.As(err, &mm):
+		return &Error{Code: CodeMismatch, Msg: what + " failed: " + mm.msg}
+	case errors.As(err, &tme):
+		return &Error{Code: CodeMismatch, Msg: what + " failed: " + c.describeMismatch(fields, tme)}
+	case errors.As(err, &br):
+		return &Error{Code: CodeComm, Msg: what + " failed: " + br.reason}
+	case errors.As(err, &to):
+		msg := what + " failed: " + err.Error()
+		reason := fmt.Sprintf("%s timed out on rank %d", fields.kind, c.cfg.Rank)
+		if c.breakGroup(errors.New(reason)) && c.mesh != nil {
+			go c.mesh.SendAbort(reason)
+		}
+		if c.cfg.Store != nil && c.cfg.Size > 1 {
+			rctx, rcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			if rep := rendezvous.AbortReport(rctx, c.cfg.Store); rep != "" {
+				msg += "; the group reports: " + rep
+			}
+			rcancel()
+		}
+		return &Error{Code: CodeTimeout, Msg: msg}
+	}
+	var pe *transport.PeerError
+	if errors.As(err, &pe) && pe.Remote {
+		c.peerLost(pe.Rank, pe)
+	}
+	return &Error{Code: CodeComm, Msg: what + " failed: " + err.Error()}
+}
+
+func (c *Comm) describeMismatch(mine descFields, e *transport.MismatchError) string {
+	if e.Want != e.Got {
+		return fmt.Sprintf("rank %d called %s while rank %d called %s", e.Peer, decodeDesc(e.Got), c.cfg.Rank, mine)
+	}
+	return fmt.Sprintf("rank %d sent %d bytes where rank %d expected %d bytes", e.Peer, e.GotLen, c.cfg.Rank, e.WantLen)
+}
+
+// runLocal is every collective on a group of one: copies only.
+func runLocal(op *Op) error {
+	switch op.Kind {
+	case AllReduce, Broadcast, Barrier:
+		if op.Kind == AllReduce && op.ReduceOp == reduce.PreMulSum {
+			reduce.Scale(op.DType, op.Out[0], op.PreMul)
+		}
+	case Reduce, AllGather, AllToAll, Gather, Scatter:
+		copy(op.Out[0], op.In[0])
+		if op.Kind == Reduce && op.ReduceOp == reduce.PreMulSum {
+			reduce.Scale(op.DType, op.Out[0], op.PreMul)
+		}
+	case ReduceScatter:
+		copy(op.Out[0], op.In[0])
+		if op.ReduceOp == reduce.PreMulSum {
+			reduce.Scale(op.DType, op.Out[0], op.PreMul)
+		}
+	}
+	return nil
+}
+
+// runAlgorithm maps an op to its algorithm, resolving AVG (sum, then divide
+// on the final values) and PREMUL_SUM (scale a private copy of the input,
+// then sum) so the algorithms only see plain reductions.
+func (c *Comm) runAlgorithm(ctx context.Context, conn collective.Conn, op *Op) error {
+	a := collective.Args{DType: op.DType, Op: op.ReduceOp, Root: op.Root, In: op.In, Out: op.Out, Pool: c.pool}
+	switch op.ReduceOp {
+	case reduce.Avg:
+		a.Op = reduce.Sum
+	case reduce.PreMulSum:
+		a.Op = reduce.Sum
+		if op.isReduction() {
+			a.In = c.premultiplied(op)
+			defer c.releaseScaled(op, a.In)
+		}
+	}
+	var err error
+	switch op.Kind {
+	case AllReduce:
+		err = collective.AllReduce(ctx, conn, a)
+	case Broadcast:
+		err = collective.Broadcast(ctx, conn, a)
+	case Reduce:
+		err = collective.Reduce(ctx, conn, a)
+	case AllGather:
+		err = collective.AllGather(ctx, conn, a)
+	case ReduceScatter:
+		err = collective.ReduceScatter(ctx, conn, a)
+	case AllToAll:
+		err = collective.AllToAll(ctx, conn, a)
+	case Gather:
+		err = collective.Gather(ctx, conn, a)
+	case Scatter:
+		err = collective.Scatter(ctx, conn, a)
+	default:
+		return fmt.Errorf("no algorithm for %s", op.Kind)
+	}
+	if err != nil || op.ReduceOp != reduce.Avg || !op.isReduction() {
+		return err
+	}
+	if op.Kind != Reduce || c.cfg.Rank == op.Root {
+		reduce.Average(op.DType, op.Out[0], c.cfg.Size)
+	}
+	return nil
+}
+
+// premultiplied returns the op's inputs scaled by its PREMUL_SUM factor. An
+// in-place all-reduce scales its own buffer (the result overwrites it
+// anyway); other ops scale a private copy so the caller's input is kept.
+func (c *Comm) premultiplied(op *Op) [][]byte {
+	if op.Kind == AllReduce {
+		reduce.Scale(op.DType, op.In[0], op.PreMul)
+		return op.In
+	}
+	scaled := make([][]byte, len(op.In))
+	for i, b := range op.In {
+		s := c.pool.Get(len(b))
+		copy(s, b)
+		reduce.Scale(op.DType, s, op.PreMul)
+		scaled[i] = s
+	}
+	return scaled
+}
+
+func (c *Comm) releaseScaled(op *Op, bufs [][]byte) {
+	if op.Kind == AllReduce {
+		return
+	}
+	for _, b := range bufs {
+		c.pool.Put(b)
+	}
+}

@@ -1,0 +1,88 @@
+package comm
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// OpStats accumulates one op kind's traffic on one communicator.
+type OpStats struct {
+	Count     int64   `json:"count"`
+	Errors    int64   `json:"errors"`
+	RawBytes  int64   `json:"raw_bytes"`  // the op's payload as the user sees it
+	WireBytes int64   `json:"wire_bytes"` // bytes this rank sent (headers excluded)
+	Ratio     float64 `json:"ratio"`      // raw/wire bytes sent, 1 when nothing is compressed
+	Seconds   float64 `json:"seconds"`    // from submit to completion, summed
+}
+
+type stats struct {
+	mu  sync.Mutex
+	ops map[string]*OpStats
+}
+
+func (s *stats) init() { s.ops = map[string]*OpStats{} }
+
+func byteLen(bufs [][]byte) int64 {
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	return n
+}
+
+func (s *stats) record(op *Op, wire int64, d time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.ops[op.Kind.String()]
+	if st == nil {
+		st = &OpStats{}
+		s.ops[op.Kind.String()] = st
+	}
+	st.Count++
+	if err != nil {
+		st.Errors++
+	}
+	st.RawBytes += byteLen(op.In)
+	st.WireBytes += wire
+	st.Seconds += d.Seconds()
+}
+
+// Stats returns a snapshot of the per-op statistics as JSON.
+func (c *Comm) Stats() ([]byte, error) {
+	c.stats.mu.Lock()
+	defer c.stats.mu.Unlock()
+	out := map[string]any{"rank": c.cfg.Rank, "size": c.cfg.Size, "group": c.cfg.Name}
+	ops := map[string]OpStats{}
+	for k, v := range c.stats.ops {
+		x := *v
+		x.Ratio = 1
+		if x.WireBytes > 0 {
+			x.Ratio = float64(x.RawBytes) / float64(x.WireBytes)
+		}
+		ops[k] = x
+	}
+	out["ops"] = ops
+	return json.Marshal(out)
+}
+
+func (s *stats) summary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.ops))
+	for k := range s.ops {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := ""
+	for _, k := range names {
+		v := s.ops[k]
+		out += fmt.Sprintf(" %s=%d", k, v.Count)
+	}
+	if out == "" {
+		return "no ops"
+	}
+	return "ops:" + out
+}

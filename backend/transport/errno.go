@@ -1,0 +1,5 @@
+package transport
+
+import "syscall"
+
+var errConnRefused error = syscall.ECONNREFUSED

@@ -1,0 +1,808 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zipccl/zipccl/backend/zlog"
+)
+
+// Config describes one rank of one group.
+type Config struct {
+	Name       string
+	Rank, Size int
+	// Secret returns the group secret (fetched lazily from the store).
+	Secret func(ctx context.Context) ([]byte, error)
+	// PeerAddr returns the address a peer published.
+	PeerAddr func(ctx context.Context, peer int) (string, error)
+	// OnPeerLost is called once, from a transport goroutine, when the
+	// connection to a peer breaks without a goodbye.
+	OnPeerLost func(peer int, err error)
+	// OnAbort is called when a peer reports that the group is broken.
+	OnAbort func(peer int, reason string)
+	// DialTimeout bounds how long a pair keeps trying to connect.
+	DialTimeout func() time.Duration
+	Log         *zlog.Logger
+}
+
+// Mesh is one rank's set of lazily connected pairs within a group, plus the
+// mailbox that matches incoming messages to receives.
+type Mesh struct {
+	cfg Config
+	ep  *Endpoint
+	log *zlog.Logger
+
+	secretMu sync.Mutex
+	secretV  []byte
+
+	mu        sync.Mutex
+	closed    bool
+	peers     []*peer
+	posted    map[peerKey][]*recvReq
+	anyPosted map[uint64][]*recvReq // any-source receives by p2p tag
+	unexp     map[peerKey][]*message
+	order     uint64 // posting and arrival order, for any-source matching
+	collFloor uint64 // collective messages with seq below this are stale
+}
+
+type peerKey struct {
+	peer int
+	key  Key
+}
+
+type peerState int
+
+const (
+	idle peerState = iota
+	dialing
+	ready
+	down
+)
+
+type peer struct {
+	rank  int
+	state peerState
+	conn  net.Conn
+	ready chan struct{} // closed when state becomes ready or down
+	err   error         // why the peer is down
+	wsem  chan struct{} // one writer at a time
+}
+
+type message struct {
+	h     header
+	buf   []byte
+	order uint64
+}
+
+type recvReq struct {
+	buf       []byte
+	want      Desc
+	checkDesc bool
+	key       Key
+	peer      int // -1: any source
+	order     uint64
+	claimed   bool // a reader is filling buf
+	finished  bool
+	src       int
+	err       error
+	done      chan struct{}
+}
+
+func (r *recvReq) finish(src int, err error) {
+	r.src, r.err = src, err
+	r.finished = true
+	close(r.done)
+}
+
+// NewMesh registers a group's rank on the endpoint. It connects nothing.
+func NewMesh(ep *Endpoint, cfg Config) (*Mesh, error) {
+	if cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("zipccl: rank %d out of range for group size %d", cfg.Rank, cfg.Size)
+	}
+	if cfg.Log == nil {
+		cfg.Log = zlog.New(cfg.Rank, cfg.Name)
+	}
+	m := &Mesh{
+		cfg:       cfg,
+		ep:        ep,
+		log:       cfg.Log,
+		peers:     make([]*peer, cfg.Size),
+		posted:    map[peerKey][]*recvReq{},
+		anyPosted: map[uint64][]*recvReq{},
+		unexp:     map[peerKey][]*message{},
+	}
+	for i := range m.peers {
+		m.peers[i] = &peer{rank: i, ready: make(chan struct{}), wsem: make(chan struct{}, 1)}
+	}
+	if err := ep.register(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Rank and Size of this mesh.
+func (m *Mesh) Rank() int { return m.cfg.Rank }
+
+// Size is the number of ranks in the group.
+func (m *Mesh) Size() int { return m.cfg.Size }
+
+func (m *Mesh) secret(ctx context.Context) ([]byte, error) {
+	m.secretMu.Lock()
+	defer m.secretMu.Unlock()
+	if m.secretV != nil {
+		return m.secretV, nil
+	}
+	s, err := m.cfg.Secret(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.secretV = s
+	return s, nil
+}
+
+// Connected reports the ranks this mesh currently has a live connection to.
+func (m *Mesh) Connected() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for _, p := range m.peers {
+		if p.state == ready {
+			out = append(out, p.rank)
+		}
+	}
+	return out
+}
+
+// ensure starts connecting to p if this side is the one that dials (the
+// higher rank of a pair dials, so two ranks never race to connect). Called
+// with m.mu held.
+func (m *Mesh) ensure(p *peer) {
+	if p.state == idle && m.cfg.Rank > p.rank && !m.closed {
+		p.state = dialing
+		go m.dial(p)
+	}
+}
+
+// Connect starts connecting to every peer this rank dials; used before an
+// any-source receive, whose sender may be a lower rank waiting for us.
+func (m *Mesh) Connect() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.peers {
+		if p.rank != m.cfg.Rank {
+			m.ensure(p)
+		}
+	}
+}
+
+func (m *Mesh) dial(p *peer) {
+	limit := 30 * time.Minute
+	if m.cfg.DialTimeout != nil {
+		limit = m.cfg.DialTimeout()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	conn, err := m.dialLoop(ctx, p.rank)
+	if err != nil {
+		m.markDown(p, &PeerError{Rank: p.rank, Remote: true, Err: err}, false)
+		return
+	}
+	m.install(p.rank, conn)
+}
+
+// refusedGrace is how long a peer whose address we know may refuse
+// connections before we conclude its process is gone.
+const refusedGrace = 5 * time.Second
+
+func (m *Mesh) dialLoop(ctx context.Context, peer int) (net.Conn, error) {
+	secret, err := m.secret(ctx)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := m.cfg.PeerAddr(ctx, peer)
+	if err != nil {
+		return nil, err
+	}
+	backoff := 20 * time.Millisecond
+	var firstRefusal time.Time
+	var last error
+	for {
+		if m.isClosed() {
+			return nil, ErrClosed
+		}
+		d := net.Dialer{Timeout: 10 * time.Second}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(handshakeTimeout))
+			err = clientHandshake(c, m.cfg.Name, m.cfg.Rank, peer, secret)
+			if err == nil {
+				c.SetDeadline(time.Time{})
+				m.log.Tracef("connected to rank %d at %s", peer, addr)
+				return c, nil
+			}
+			c.Close()
+			if errors.Is(err, errAuth) || errors.Is(err, errRefused) {
+				return nil, fmt.Errorf("handshake with rank %d at %s: %w", peer, addr, err)
+			}
+			firstRefusal = time.Time{}
+		} else if isRefused(err) {
+			if firstRefusal.IsZero() {
+				firstRefusal = time.Now()
+			} else if time.Since(firstRefusal) > refusedGrace {
+				return nil, fmt.Errorf("rank %d is not accepting connections at %s (%v): its process has probably exited", peer, addr, err)
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cannot connect to rank %d at %s: %v", peer, addr, last)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+func isRefused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && errors.Is(err, errConnRefused)
+}
+
+// install adopts an authenticated connection for the pair with src.
+func (m *Mesh) install(src int, c net.Conn) {
+	m.mu.Lock()
+	p := m.peers[src]
+	if m.closed || p.state == ready || p.state == down {
+		m.mu.Unlock()
+		m.log.Warnf("dropping a second connection from rank %d", src)
+		c.Close()
+		return
+	}
+	p.conn = c
+	p.state = ready
+	close(p.ready)
+	m.mu.Unlock()
+	go m.readLoop(p, c)
+}
+
+// markDown makes p unusable and fails the receives waiting on it. remote
+// says whether to report the loss (the peer vanished) or not (we closed).
+func (m *Mesh) markDown(p *peer, err error, remote bool) {
+	m.mu.Lock()
+	if p.state == down {
+		m.mu.Unlock()
+		return
+	}
+	wasReady := p.state == ready
+	p.state = down
+	p.err = err
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	if !wasReady {
+		close(p.ready)
+	}
+	var fail []*recvReq
+	for pk, rs := range m.posted {
+		if pk.peer != p.rank {
+			continue
+		}
+		for _, r := range rs {
+			if !r.claimed {
+				fail = append(fail, r)
+			}
+		}
+		delete(m.posted, pk)
+	}
+	for _, r := range fail {
+		r.finish(p.rank, err)
+	}
+	closed := m.closed
+	m.mu.Unlock()
+	if remote && !closed && m.cfg.OnPeerLost != nil {
+		m.cfg.OnPeerLost(p.rank, err)
+	}
+}
+
+func (m *Mesh) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// readLoop owns reading from one connection.
+func (m *Mesh) readLoop(p *peer, c net.Conn) {
+	var hb [headerLen]byte
+	for {
+		var h header
+		_, err := io.ReadFull(c, hb[:])
+		if err == nil {
+			err = h.decode(hb[:])
+		}
+		if err != nil {
+			m.readFailed(p, err)
+			return
+		}
+		switch h.kind {
+		case frameBye:
+			m.markDown(p, &PeerError{Rank: p.rank, Remote: true, Err: errors.New("rank has shut down its communicator")}, false)
+			return
+		case frameAbort:
+			msg := make([]byte, h.length)
+			if _, err := io.ReadFull(c, msg); err != nil {
+				m.readFailed(p, err)
+				return
+			}
+			if m.cfg.OnAbort != nil {
+				m.cfg.OnAbort(p.rank, string(msg))
+			}
+		default:
+			if err := m.deliver(p, &h, c); err != nil {
+				m.readFailed(p, err)
+				return
+			}
+		}
+	}
+}
+
+func (m *Mesh) readFailed(p *peer, err error) {
+	m.mu.Lock()
+	local := p.state == down || m.closed
+	m.mu.Unlock()
+	if local {
+		return
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = errors.New("connection closed by peer (process exited?)")
+	}
+	m.markDown(p, &PeerError{Rank: p.rank, Remote: true, Err: err}, true)
+}
+
+// deliver routes one data frame: straight into a posted receive's buffer
+// when there is one, else into a buffer kept until the receive is posted.
+func (m *Mesh) deliver(p *peer, h *header, c net.Conn) error {
+	k := Key{Kind: h.kind, Seq: h.seq, Slot: h.slot}
+	m.mu.Lock()
+	if h.kind == Coll && h.seq < m.collFloor {
+		m.mu.Unlock()
+		return discard(c, h.length)
+	}
+	if r := m.match(p.rank, k); r != nil {
+		if err := r.check(p.rank, h); err != nil {
+			r.finish(p.rank, err)
+			m.mu.Unlock()
+			return discard(c, h.length)
+		}
+		r.claimed = true
+		r.src = p.rank
+		m.mu.Unlock()
+		if _, err := io.ReadFull(c, r.buf); err != nil {
+			m.mu.Lock()
+			r.finish(p.rank, &PeerError{Rank: p.rank, Remote: true, Err: err})
+			m.mu.Unlock()
+			return err
+		}
+		m.mu.Lock()
+		r.finish(p.rank, nil)
+		m.mu.Unlock()
+		return nil
+	}
+	m.mu.Unlock()
+
+	buf := make([]byte, h.length)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h.kind == Coll && h.seq < m.collFloor {
+		return nil
+	}
+	if r := m.match(p.rank, k); r != nil {
+		r.finish(p.rank, r.fill(p.rank, h, buf))
+		return nil
+	}
+	m.order++
+	pk := peerKey{p.rank, k}
+	m.unexp[pk] = append(m.unexp[pk], &message{h: *h, buf: buf, order: m.order})
+	return nil
+}
+
+// match removes and returns the earliest receive posted for (src, k).
+// Called with m.mu held.
+func (m *Mesh) match(src int, k Key) *recvReq {
+	pk := peerKey{src, k}
+	var r *recvReq
+	if q := m.posted[pk]; len(q) > 0 {
+		r = q[0]
+	}
+	if k.Kind == P2P {
+		if q := m.anyPosted[k.Seq]; len(q) > 0 && (r == nil || q[0].order < r.order) {
+			r = q[0]
+			m.anyPosted[k.Seq] = q[1:]
+			if len(q) == 1 {
+				delete(m.anyPosted, k.Seq)
+			}
+			return r
+		}
+	}
+	if r != nil {
+		q := m.posted[pk]
+		m.posted[pk] = q[1:]
+		if len(q) == 1 {
+			delete(m.posted, pk)
+		}
+	}
+	return r
+}
+
+func (r *recvReq) check(src int, h *header) error {
+	if (r.checkDesc && r.want != h.desc) || uint64(len(r.buf)) != h.length {
+		return &MismatchError{Peer: src, Key: r.key, Want: r.want, Got: h.desc, WantLen: uint64(len(r.buf)), GotLen: h.length}
+	}
+	return nil
+}
+
+func (r *recvReq) fill(src int, h *header, buf []byte) error {
+	if err := r.check(src, h); err != nil {
+		return err
+	}
+	copy(r.buf, buf)
+	return nil
+}
+
+func discard(c net.Conn, n uint64) error {
+	_, err := io.CopyN(io.Discard, c, int64(n))
+	return err
+}
+
+// cancelGrace is how long a cancelled receive lets a message that is
+// already streaming into its buffer finish before the connection is cut.
+const cancelGrace = 2 * time.Second
+
+// Pending is a posted receive.
+type Pending struct {
+	m *Mesh
+	r *recvReq
+}
+
+// Post registers a receive for the message key from peer (or from any peer
+// when peer < 0, for P2P keys) into buf, whose length must match the
+// message's. When want is not nil the message must carry it as its
+// descriptor. Receives posted for the same key are matched in posting
+// order, so Post is where ordering is decided; Wait may run elsewhere.
+func (m *Mesh) Post(peer int, k Key, buf []byte, want *Desc) *Pending {
+	r := &recvReq{buf: buf, key: k, peer: peer, done: make(chan struct{})}
+	if want != nil {
+		r.want, r.checkDesc = *want, true
+	}
+	pd := &Pending{m: m, r: r}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		r.finish(peer, ErrClosed)
+		return pd
+	}
+	if msg, src := m.takeUnexpected(peer, k); msg != nil {
+		r.finish(src, r.fill(src, &msg.h, msg.buf))
+		return pd
+	}
+	m.order++
+	r.order = m.order
+	if peer < 0 {
+		m.anyPosted[k.Seq] = append(m.anyPosted[k.Seq], r)
+		return pd
+	}
+	p := m.peers[peer]
+	if p.state == down {
+		r.finish(peer, p.err)
+		return pd
+	}
+	m.ensure(p)
+	pk := peerKey{peer, k}
+	m.posted[pk] = append(m.posted[pk], r)
+	return pd
+}
+
+// Wait blocks until the message is in the buffer, or ctx ends. It returns
+// the source rank. After Wait returns, the buffer is no longer written.
+func (pd *Pending) Wait(ctx context.Context) (int, error) {
+	m, r := pd.m, pd.r
+	select {
+	case <-r.done:
+		return r.src, r.err
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	if !r.claimed && !r.finished {
+		m.unpost(r)
+		m.mu.Unlock()
+		return r.peer, context.Cause(ctx)
+	}
+	src := r.src
+	m.mu.Unlock()
+	// A message is streaming into buf: the caller must not get buf back
+	// while a reader still writes it.
+	select {
+	case <-r.done:
+	case <-time.After(cancelGrace):
+		m.markDown(m.peers[src], &PeerError{Rank: src, Err: errors.New("receive cancelled in the middle of a message")}, false)
+		<-r.done
+	}
+	if r.err != nil {
+		return src, r.err
+	}
+	return src, context.Cause(ctx)
+}
+
+// Recv is Post followed by Wait.
+func (m *Mesh) Recv(ctx context.Context, peer int, k Key, buf []byte, want *Desc) (int, error) {
+	return m.Post(peer, k, buf, want).Wait(ctx)
+}
+
+// takeUnexpected pops the earliest buffered message for (peer, k); for an
+// any-source receive it searches every peer. Called with m.mu held.
+func (m *Mesh) takeUnexpected(peer int, k Key) (*message, int) {
+	pop := func(pk peerKey) *message {
+		q := m.unexp[pk]
+		msg := q[0]
+		if len(q) == 1 {
+			delete(m.unexp, pk)
+		} else {
+			m.unexp[pk] = q[1:]
+		}
+		return msg
+	}
+	if peer >= 0 {
+		pk := peerKey{peer, k}
+		if len(m.unexp[pk]) == 0 {
+			return nil, peer
+		}
+		return pop(pk), peer
+	}
+	best := -1
+	var bestOrder uint64
+	for i := range m.peers {
+		if q := m.unexp[peerKey{i, k}]; len(q) > 0 && (best < 0 || q[0].order < bestOrder) {
+			best, bestOrder = i, q[0].order
+		}
+	}
+	if best < 0 {
+		return nil, -1
+	}
+	return pop(peerKey{best, k}), best
+}
+
+func (m *Mesh) unpost(r *recvReq) {
+	remove := func(q []*recvReq) []*recvReq {
+		for i, x := range q {
+			if x == r {
+				return append(q[:i:i], q[i+1:]...)
+			}
+		}
+		return q
+	}
+	if r.peer >= 0 {
+		pk := peerKey{r.peer, r.key}
+		if q := remove(m.posted[pk]); len(q) > 0 {
+			m.posted[pk] = q
+		} else {
+			delete(m.posted, pk)
+		}
+		return
+	}
+	if q := remove(m.anyPosted[r.key.Seq]); len(q) > 0 {
+		m.anyPosted[r.key.Seq] = q
+	} else {
+		delete(m.anyPosted, r.key.Seq)
+	}
+}
+
+// waitReady returns p's connection once established.
+func (m *Mesh) waitReady(ctx context.Context, p *peer) (net.Conn, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	m.ensure(p)
+	st, conn, err, ch := p.state, p.conn, p.err, p.ready
+	m.mu.Unlock()
+	switch st {
+	case ready:
+		return conn, nil
+	case down:
+		return nil, err
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w (no connection with rank %d yet)", context.Cause(ctx), p.rank)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p.state == down {
+		return nil, p.err
+	}
+	return p.conn, nil
+}
+
+// aLongTimeAgo is a deadline that makes blocked socket calls return now.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Send writes one message to peer. Cancelling ctx while bytes are being
+// written cuts the connection (a partial frame cannot be recovered).
+func (m *Mesh) Send(ctx context.Context, peer int, k Key, desc *Desc, bufs ...[]byte) error {
+	if peer == m.cfg.Rank || peer < 0 || peer >= m.cfg.Size {
+		return fmt.Errorf("zipccl: invalid destination rank %d (group of %d, this is rank %d)", peer, m.cfg.Size, m.cfg.Rank)
+	}
+	p := m.peers[peer]
+	conn, err := m.waitReady(ctx, p)
+	if err != nil {
+		return err
+	}
+	select {
+	case p.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	defer func() { <-p.wsem }()
+
+	var n uint64
+	for _, b := range bufs {
+		n += uint64(len(b))
+	}
+	h := header{kind: k.Kind, slot: k.Slot, seq: k.Seq, length: n}
+	if desc != nil {
+		h.desc = *desc
+	}
+	var hb [headerLen]byte
+	h.encode(hb[:])
+	vec := make(net.Buffers, 0, len(bufs)+1)
+	vec = append(vec, hb[:])
+	for _, b := range bufs {
+		if len(b) > 0 {
+			vec = append(vec, b)
+		}
+	}
+	// On cancellation a write in progress gets cancelGrace to finish: the
+	// receiver always drains its socket, so a healthy peer completes it and
+	// the connection survives; a stuck one is cut, since a partial frame
+	// cannot be recovered.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		conn.SetWriteDeadline(time.Now().Add(cancelGrace))
+		close(fired)
+	})
+	_, err = vec.WriteTo(conn)
+	if !stop() {
+		<-fired
+		conn.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			cause := context.Cause(ctx)
+			m.markDown(p, &PeerError{Rank: peer, Err: fmt.Errorf("send cancelled mid-message: %v", cause)}, false)
+			return cause
+		}
+		m.markDown(p, &PeerError{Rank: peer, Remote: true, Err: err}, true)
+		return &PeerError{Rank: peer, Remote: true, Err: err}
+	}
+	return nil
+}
+
+// SetCollFloor declares every collective message with a sequence number
+// below seq stale: buffered ones are dropped and late ones discarded.
+func (m *Mesh) SetCollFloor(seq uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if seq <= m.collFloor {
+		return
+	}
+	m.collFloor = seq
+	for pk := range m.unexp {
+		if pk.key.Kind == Coll && pk.key.Seq < seq {
+			delete(m.unexp, pk)
+		}
+	}
+}
+
+// SendAbort tells every connected peer that the group is broken, best
+// effort and bounded in time.
+func (m *Mesh) SendAbort(reason string) {
+	if len(reason) > maxAbortLen {
+		reason = reason[:maxAbortLen]
+	}
+	m.broadcastControl(frameAbort, []byte(reason))
+}
+
+func (m *Mesh) broadcastControl(kind Kind, payload []byte) {
+	m.mu.Lock()
+	var targets []*peer
+	for _, p := range m.peers {
+		if p.state == ready {
+			targets = append(targets, p)
+		}
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case p.wsem <- struct{}{}:
+			case <-time.After(time.Second):
+				return
+			}
+			defer func() { <-p.wsem }()
+			h := header{kind: kind, length: uint64(len(payload))}
+			var hb [headerLen]byte
+			h.encode(hb[:])
+			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			vec := net.Buffers{hb[:], payload}
+			vec.WriteTo(p.conn)
+			p.conn.SetWriteDeadline(time.Time{})
+		}()
+	}
+	wg.Wait()
+}
+
+// Close says goodbye to connected peers, closes every connection, fails
+// pending receives and unregisters the mesh.
+func (m *Mesh) Close() {
+	if m.markClosed() {
+		// Closed first, so that the peers hanging up after our goodbye
+		// is not mistaken for a loss.
+		m.broadcastControl(frameBye, nil)
+		m.teardown(ErrClosed)
+	}
+}
+
+// Abort closes every connection at once, without a goodbye.
+func (m *Mesh) Abort(err error) {
+	if m.markClosed() {
+		m.teardown(err)
+	}
+}
+
+func (m *Mesh) markClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.closed = true
+	return true
+}
+
+func (m *Mesh) teardown(err error) {
+	m.mu.Lock()
+	peers := append([]*peer(nil), m.peers...)
+	var pending []*recvReq
+	for _, q := range m.posted {
+		pending = append(pending, q...)
+	}
+	for _, q := range m.anyPosted {
+		pending = append(pending, q...)
+	}
+	m.posted = map[peerKey][]*recvReq{}
+	m.anyPosted = map[uint64][]*recvReq{}
+	m.unexp = map[peerKey][]*message{}
+	m.mu.Unlock()
+	m.ep.unregister(m)
+	for _, p := range peers {
+		m.markDown(p, &PeerError{Rank: p.rank, Err: err}, false)
+	}
+	m.mu.Lock()
+	for _, r := range pending {
+		if !r.claimed && !r.finished {
+			r.finish(r.peer, err)
+		}
+	}
+	m.mu.Unlock()
+}

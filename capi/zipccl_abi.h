@@ -1,0 +1,183 @@
+/*
+ * zipccl C ABI: the types shared by the Go core (libzipccl.so, built from
+ * capi/ with -buildmode=c-shared) and the C++ torch shim (torchext/).
+ *
+ * Rules of the boundary:
+ *  - Handles are cgo.Handle integers (uintptr_t). C never holds a Go pointer.
+ *  - Tensor memory is passed as raw pointers; the caller keeps it alive until
+ *    the op's completion has been delivered by zc_poll.
+ *  - Every entry point returns an error code and writes a NUL-terminated
+ *    message into the caller's buffer; no Go panic crosses this boundary.
+ *  - Completions are pulled by a C++ thread through zc_poll, so torch futures
+ *    are never completed on a Go thread.
+ *
+ * The numeric values of these enums are an ABI: never renumber them.
+ */
+#ifndef ZIPCCL_ABI_H
+#define ZIPCCL_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZC_ABI_VERSION 1
+
+/* Element types (match backend/dtype). */
+enum {
+  ZC_FLOAT32 = 1,
+  ZC_FLOAT64 = 2,
+  ZC_BFLOAT16 = 3,
+  ZC_FLOAT16 = 4,
+  ZC_INT8 = 5,
+  ZC_UINT8 = 6,
+  ZC_INT16 = 7,
+  ZC_INT32 = 8,
+  ZC_INT64 = 9,
+  ZC_BOOL = 10,
+  ZC_FLOAT8_E4M3FN = 11,
+  ZC_FLOAT8_E5M2 = 12
+};
+
+/* Reduce ops (match backend/reduce). */
+enum {
+  ZC_SUM = 0,
+  ZC_AVG = 1,
+  ZC_PRODUCT = 2,
+  ZC_MIN = 3,
+  ZC_MAX = 4,
+  ZC_BAND = 5,
+  ZC_BOR = 6,
+  ZC_BXOR = 7,
+  ZC_PREMUL_SUM = 8
+};
+
+/* Operation kinds (match backend/comm). */
+enum {
+  ZC_OP_ALLREDUCE = 1,
+  ZC_OP_BROADCAST = 2,
+  ZC_OP_REDUCE = 3,
+  ZC_OP_ALLGATHER = 4,
+  ZC_OP_REDUCE_SCATTER = 5,
+  ZC_OP_ALLTOALL = 6,
+  ZC_OP_GATHER = 7,
+  ZC_OP_SCATTER = 8,
+  ZC_OP_SEND = 9,
+  ZC_OP_RECV = 10,
+  ZC_OP_BARRIER = 11
+};
+
+/* Return codes. */
+enum {
+  ZC_OK = 0,
+  ZC_ERR_INVALID = 1,     /* bad argument, unsupported dtype/op: nothing was sent */
+  ZC_ERR_COMM = 2,        /* the communicator is broken or closed */
+  ZC_ERR_TIMEOUT = 3,
+  ZC_ERR_MISMATCH = 4,    /* ranks disagreed on the op */
+  ZC_ERR_INTERNAL = 5,
+  ZC_ERR_CLOSED = 6       /* zc_poll: the engine shut down */
+};
+
+/* One contiguous memory region of numel elements of the op's dtype. */
+typedef struct {
+  void* ptr;
+  int64_t numel;
+} zc_buf;
+
+/*
+ * One operation. Buffer conventions (N = group size):
+ *   ALLREDUCE       in[0] == out[0] (in place)
+ *   BROADCAST       in[0] == out[0]; root = source
+ *   REDUCE          in[0] input, out[0] result (written on root only)
+ *   ALLGATHER       in[0] my shard; out[0..N-1] one per rank (sizes may differ)
+ *   REDUCE_SCATTER  in[0..N-1] one per rank; out[0] my reduced shard
+ *   ALLTOALL        in[0..N-1] to each rank; out[0..N-1] from each rank
+ *   GATHER          in[0]; out[0..N-1] on root only (n_out = 0 elsewhere)
+ *   SCATTER         in[0..N-1] on root only; out[0]
+ *   SEND            in[0]; root = destination; tag
+ *   RECV            out[0]; root = source or -1 for any source; tag
+ *   BARRIER         no buffers
+ */
+typedef struct {
+  uint64_t ticket;     /* chosen by the caller, echoed by zc_poll */
+  int32_t kind;
+  int32_t dtype;
+  int32_t redop;
+  int32_t root;
+  int64_t tag;
+  int64_t timeout_ms;  /* <= 0: the communicator's timeout */
+  double premul;       /* PREMUL_SUM factor */
+  int32_t n_in;
+  int32_t n_out;
+  const zc_buf* in;
+  const zc_buf* out;
+} zc_op;
+
+typedef struct {
+  uint64_t ticket;
+  int32_t status;      /* ZC_OK or an error code */
+  int32_t source;      /* RECV: the rank the message came from */
+  char message[2048];  /* NUL-terminated error text when status != ZC_OK */
+} zc_completion;
+
+/*
+ * Store callbacks, implemented by the C++ shim over the c10d::Store that torch
+ * passes to the backend. store is the opaque value given to zc_comm_create.
+ * They return 0 on success and a nonzero code with a message otherwise.
+ * get waits up to timeout_ms for the key; if the value is longer than cap it
+ * returns 2 and sets *len to the needed size.
+ */
+typedef int32_t (*zc_store_set_fn)(uintptr_t store, const char* key,
+                                   const void* val, int64_t len, char* err,
+                                   int32_t errlen);
+typedef int32_t (*zc_store_get_fn)(uintptr_t store, const char* key,
+                                   int64_t timeout_ms, void* buf, int64_t cap,
+                                   int64_t* len, char* err, int32_t errlen);
+
+typedef struct {
+  int32_t rank;
+  int32_t size;
+  int64_t timeout_ms;
+  uintptr_t store;          /* opaque, passed back to the store callbacks */
+  const char* group_name;   /* unique per group within the job */
+  const char* options;      /* "key=value;key=value" per-group options, may be NULL */
+} zc_comm_config;
+
+/*
+ * The exported functions of libzipccl.so. The shim resolves them with dlsym,
+ * so it is built against this header only, never against the Go library.
+ * Functions that take (err, errlen) write a message there on failure.
+ */
+
+/* Registers the store callbacks; call once before zc_comm_create. Returns
+ * ZC_ABI_VERSION. */
+typedef int32_t (*zc_init_fn)(zc_store_set_fn set, zc_store_get_fn get);
+/* Creates a communicator; returns its handle, or 0 with a message. Cheap:
+ * it publishes this rank's address through the store and connects nothing. */
+typedef uintptr_t (*zc_comm_create_fn)(const zc_comm_config* cfg, char* err,
+                                       int32_t errlen);
+/* Queues one op. ZC_OK means a completion for op->ticket will be delivered by
+ * zc_poll; any other code means the op was rejected before a byte was sent. */
+typedef int32_t (*zc_comm_submit_fn)(uintptr_t comm, const zc_op* op,
+                                     char* err, int32_t errlen);
+typedef int32_t (*zc_comm_set_timeout_fn)(uintptr_t comm, int64_t timeout_ms);
+/* Fails every pending op of the communicator and closes its connections. */
+typedef int32_t (*zc_comm_abort_fn)(uintptr_t comm, const char* reason);
+/* Waits for queued ops (each bounded by its timeout), says goodbye to the
+ * peers, and releases the handle. */
+typedef int32_t (*zc_comm_destroy_fn)(uintptr_t comm);
+/* Writes a JSON object of per-op statistics; returns the length needed. */
+typedef int32_t (*zc_comm_stats_fn)(uintptr_t comm, char* buf, int32_t cap);
+/* Waits up to timeout_ms for the next completion of any communicator.
+ * Returns 1 when *out was filled, 0 on timeout. */
+typedef int32_t (*zc_poll_fn)(int64_t timeout_ms, zc_completion* out);
+/* Writes a JSON object describing the build and the machine (versions, CPU
+ * features, GPUs, NCCL); returns the length needed. */
+typedef int32_t (*zc_info_fn)(char* buf, int32_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZIPCCL_ABI_H */

@@ -1,0 +1,205 @@
+"""zipccl: a torch.distributed backend with compressed collectives.
+
+    import zipccl
+    torch.distributed.init_process_group("zipccl")
+
+Importing this package only registers the backend name. The C++ extension
+(zipccl._C) and the Go engine (libzipccl.so) are loaded by the first
+process-group creation, or by info(), in the process that uses them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__version__ = "0.1.0"
+
+__all__ = ["Options", "__version__", "info", "library_path", "stats"]
+
+BACKEND_NAME = "zipccl"
+
+FORKED_MESSAGE = (
+    "zipccl: this process was forked from one that had loaded zipccl; the Go "
+    "runtime cannot be used in a forked child. Use the 'spawn' start method."
+)
+
+_load_lock = threading.Lock()
+_loaded_pid: int | None = None
+
+
+@dataclass
+class Options:
+    """Per-group options, given to ``init_process_group``/``new_group`` as
+    ``pg_options``. They reach the Go engine as a ``"key=value;key=value"``
+    string; a plain dict of the same keys works too.
+
+    Attributes:
+        compression: the group's compression mode, sent as
+            ``compression=<mode>``; None keeps the engine's default.
+        extra: further engine options, passed through as they are.
+    """
+
+    compression: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_string(self) -> str:
+        items: dict[str, Any] = {}
+        if self.compression is not None:
+            items["compression"] = self.compression
+        items.update(self.extra)
+        return _encode_options(items)
+
+
+def _encode_options(items: Mapping[str, Any]) -> str:
+    parts = []
+    for key, value in items.items():
+        if value is None:
+            continue
+        key = str(key).strip()
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        value = str(value).strip()
+        if not key or any(c in key for c in "=;") or ";" in value:
+            raise ValueError(
+                f"zipccl: option {key!r}={value!r}: keys must be non-empty and "
+                "free of '=' and ';', values free of ';'"
+            )
+        parts.append(f"{key}={value}")
+    return ";".join(parts)
+
+
+def _options_string(pg_options: object) -> str:
+    if pg_options is None:
+        return ""
+    if isinstance(pg_options, Options):
+        return pg_options.to_string()
+    if isinstance(pg_options, Mapping):
+        return _encode_options(pg_options)
+    raise TypeError(
+        "zipccl: pg_options must be a zipccl.Options or a dict of engine "
+        f"options, got {type(pg_options).__name__}"
+    )
+
+
+def library_path() -> str:
+    """Where libzipccl.so is loaded from: $ZIPCCL_LIBRARY, else the copy
+    installed inside this package."""
+    return os.environ.get("ZIPCCL_LIBRARY") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "libzipccl.so"
+    )
+
+
+def _nccl_hint() -> str | None:
+    """The libnccl that torch's CUDA wheel ships (nvidia-nccl-*), if any, for
+    the engine's NCCL probe."""
+    try:
+        import nvidia.nccl  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    for root in getattr(nvidia.nccl, "__path__", []):
+        lib = os.path.join(root, "lib", "libnccl.so.2")
+        if os.path.isfile(lib):
+            return lib
+    return None
+
+
+def _check_not_forked() -> None:
+    if _loaded_pid is not None and os.getpid() != _loaded_pid:
+        raise RuntimeError(FORKED_MESSAGE)
+
+
+def _runtime():
+    """Imports zipccl._C and loads libzipccl.so, once per process."""
+    global _loaded_pid
+    _check_not_forked()
+    with _load_lock:
+        from . import _C
+
+        if _loaded_pid is None:
+            path = library_path()
+            if not os.path.isfile(path):
+                raise RuntimeError(
+                    f"zipccl: {path} does not exist; build it with `pip install .` "
+                    "(or `make setup`), or point ZIPCCL_LIBRARY at a libzipccl.so"
+                )
+            if "ZIPCCL_NCCL_LIB" not in os.environ:
+                # Read by the Go runtime's copy of the environment at load.
+                hint = _nccl_hint()
+                if hint:
+                    os.environ["ZIPCCL_NCCL_LIB"] = hint
+            _C._load(path)
+            _loaded_pid = os.getpid()
+            # Destructors must not call into Go once the interpreter exits.
+            atexit.register(_C._mark_exiting)
+        return _C
+
+
+def _create_backend(dist_opts: Any, pg_options: object) -> Any:
+    """The creator torch calls (extended API) for every zipccl group."""
+    options = _options_string(pg_options)
+    _C = _runtime()
+    timeout = dist_opts.timeout
+    if not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    return _C._create_backend(
+        dist_opts.store,
+        dist_opts.group_rank,
+        dist_opts.group_size,
+        timeout,
+        str(dist_opts.group_id),
+        options,
+    )
+
+
+def _register() -> None:
+    """Registers "zipccl" with torch.distributed (idempotent). Also the
+    torch.distributed.backends entry point, so init_process_group("zipccl")
+    works without importing zipccl first."""
+    if not dist.is_available():
+        return
+    if BACKEND_NAME not in dist.Backend.backend_list:
+        dist.Backend.register_backend(
+            BACKEND_NAME,
+            _create_backend,
+            extended_api=True,
+            devices=["cpu", "cuda"],
+        )
+
+
+def info() -> dict[str, Any]:
+    """Versions and machine facts from the engine: zipccl_version,
+    go_version, cpu {brand, features}, gpus, nccl {found, path, version}.
+    Loads the engine if it is not loaded yet."""
+    return json.loads(_runtime()._info())
+
+
+def _zipccl_backend(group: Any) -> Any:
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    _C = _runtime()
+    for device in ("cpu", "cuda"):
+        try:
+            backend = pg._get_backend(torch.device(device))
+        except RuntimeError:
+            continue
+        if isinstance(backend, _C.ZipcclBackend):
+            return backend
+    raise RuntimeError("zipccl: the process group has no zipccl backend")
+
+
+def stats(group: Any = None) -> dict[str, Any]:
+    """Per-op statistics of a group's communicator (the default group when
+    group is None)."""
+    return json.loads(_runtime()._stats(_zipccl_backend(group)))
+
+
+_register()

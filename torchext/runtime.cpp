@@ -1,0 +1,436 @@
+#include "runtime.hpp"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <pthread.h>
+
+#include <Python.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "work.hpp"
+
+namespace zipccl {
+
+const char* const kForkedMessage =
+    "zipccl: this process was forked from one that had loaded zipccl; the Go "
+    "runtime cannot be used in a forked child. Use the 'spawn' start method.";
+
+namespace {
+
+std::atomic<bool> gForked{false};
+std::atomic<bool> gExiting{false};
+std::atomic<uint64_t> gNextTicket{1};
+
+// Written once under gLoadMu, then only read; gApiReady publishes it.
+Api gApi{};
+std::atomic<bool> gApiReady{false};
+std::mutex gLoadMu;
+std::string gLoadedPath;
+
+// The in-flight works by ticket. Heap-allocated and never freed: the
+// detached completion thread may still use it while the process exits.
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, c10::intrusive_ptr<ZipcclWork>> works;
+};
+Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+c10::intrusive_ptr<ZipcclWork> take(uint64_t ticket) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.works.find(ticket);
+  if (it == r.works.end()) {
+    return {};
+  }
+  auto work = std::move(it->second);
+  r.works.erase(it);
+  return work;
+}
+
+void failAll(const std::string& message) {
+  std::unordered_map<uint64_t, c10::intrusive_ptr<ZipcclWork>> works;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    works.swap(r.works);
+  }
+  for (auto& [ticket, work] : works) {
+    (void)ticket;
+    work->partDone(ZC_ERR_CLOSED, -1, message.c_str());
+  }
+}
+
+void onForkChild() {
+  gForked.store(true);
+}
+
+void onExit() {
+  gExiting.store(true);
+}
+
+// The one completion thread: pulls completions from Go and finishes the
+// works on this C++ thread, so torch futures (and the Python callbacks
+// chained on them) never run on a Go thread.
+void completionLoop() {
+  c10::AutoGradMode noGrad(false);
+  auto completion = std::make_unique<zc_completion>();
+  for (;;) {
+    std::memset(completion.get(), 0, sizeof(zc_completion));
+    int32_t got = gApi.poll(1000, completion.get());
+    if (got == 0) {
+      continue;
+    }
+    completion->message[sizeof(completion->message) - 1] = '\0';
+    if (got != 1 ||
+        (completion->ticket == 0 && completion->status == ZC_ERR_CLOSED)) {
+      // The engine shut down: nothing in flight will complete any more.
+      failAll(
+          completion->message[0] != '\0'
+              ? std::string(completion->message)
+              : "zipccl: the engine shut down (zc_poll returned " +
+                  std::to_string(got) + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    auto work = take(completion->ticket);
+    if (!work) {
+      continue; // not ours (already failed, or a stray ticket)
+    }
+    try {
+      work->partDone(
+          completion->status, completion->source, completion->message);
+    } catch (const std::exception& e) {
+      TORCH_WARN("zipccl: completing ticket ", completion->ticket, ": ", e.what());
+    }
+  }
+}
+
+// Store callbacks: called by Go, so no exception may leave them.
+int32_t storeSet(
+    uintptr_t store,
+    const char* key,
+    const void* val,
+    int64_t len,
+    char* err,
+    int32_t errlen) noexcept {
+  try {
+    auto* handle = reinterpret_cast<StoreHandle*>(store);
+    const auto* bytes = static_cast<const uint8_t*>(val);
+    std::vector<uint8_t> value(bytes, bytes + std::max<int64_t>(len, 0));
+    handle->store->set(key, value);
+    return 0;
+  } catch (const c10::Error& e) {
+    writeMessage(
+        err,
+        errlen,
+        std::string("store set '") + key + "': " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    writeMessage(err, errlen, std::string("store set '") + key + "': " + e.what());
+  } catch (...) {
+    writeMessage(err, errlen, std::string("store set '") + key + "': unknown error");
+  }
+  return 1;
+}
+
+// c10d stores report a timed-out wait as DistStoreError or TimeoutError,
+// with "timeout" in the text.
+bool isTimeout(std::string what, const std::exception* e) {
+  if (dynamic_cast<const c10d::TimeoutError*>(e) != nullptr) {
+    return true;
+  }
+  std::transform(what.begin(), what.end(), what.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  return what.find("timeout") != std::string::npos ||
+      what.find("timed out") != std::string::npos;
+}
+
+// Returns 0 (found, copied), 2 (value longer than cap: *len is the size
+// needed), ZC_ERR_TIMEOUT (the key did not appear in time) or 1 (any other
+// failure), with a message in err for the nonzero codes.
+int32_t storeGet(
+    uintptr_t store,
+    const char* key,
+    int64_t timeout_ms,
+    void* buf,
+    int64_t cap,
+    int64_t* len,
+    char* err,
+    int32_t errlen) noexcept {
+  try {
+    auto* handle = reinterpret_cast<StoreHandle*>(store);
+    auto timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms)
+                                  : handle->store->getTimeout();
+    handle->store->wait({key}, timeout);
+    std::vector<uint8_t> value = handle->store->get(key);
+    *len = static_cast<int64_t>(value.size());
+    if (*len > cap) {
+      writeMessage(
+          err,
+          errlen,
+          std::string("store get '") + key + "': value is " +
+              std::to_string(value.size()) + " bytes, buffer holds " +
+              std::to_string(cap));
+      return 2;
+    }
+    if (!value.empty()) {
+      std::memcpy(buf, value.data(), value.size());
+    }
+    return 0;
+  } catch (const c10::Error& e) {
+    writeMessage(
+        err,
+        errlen,
+        std::string("store get '") + key + "': " + e.what_without_backtrace());
+    return isTimeout(e.what_without_backtrace(), &e) ? ZC_ERR_TIMEOUT : 1;
+  } catch (const std::exception& e) {
+    writeMessage(err, errlen, std::string("store get '") + key + "': " + e.what());
+    return isTimeout(e.what(), &e) ? ZC_ERR_TIMEOUT : 1;
+  } catch (...) {
+    writeMessage(err, errlen, std::string("store get '") + key + "': unknown error");
+  }
+  return 1;
+}
+
+// The global undefined symbols of the ELF shared object at path that
+// nothing in the process or in lib's dependencies defines, NVML's excepted
+// (go-nvml binds those itself). Empty when the file cannot be parsed.
+std::vector<std::string> unresolvedSymbols(const std::string& path, void* lib) {
+  std::vector<std::string> missing;
+  std::ifstream file(path, std::ios::binary);
+  const std::vector<char> data(
+      (std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto size = data.size();
+  if (size < sizeof(Elf64_Ehdr) || std::memcmp(data.data(), ELFMAG, SELFMAG) != 0 ||
+      data[EI_CLASS] != ELFCLASS64) {
+    return missing;
+  }
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, data.data(), sizeof(eh));
+  auto section = [&](size_t i, Elf64_Shdr& sh) {
+    const size_t off = eh.e_shoff + i * sizeof(Elf64_Shdr);
+    if (i >= eh.e_shnum || off + sizeof(Elf64_Shdr) > size) {
+      return false;
+    }
+    std::memcpy(&sh, data.data() + off, sizeof(sh));
+    return sh.sh_offset + sh.sh_size <= size;
+  };
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr symtab;
+    Elf64_Shdr strtab;
+    if (!section(i, symtab) || symtab.sh_type != SHT_DYNSYM ||
+        !section(symtab.sh_link, strtab)) {
+      continue;
+    }
+    for (size_t off = 0; off + sizeof(Elf64_Sym) <= symtab.sh_size;
+         off += sizeof(Elf64_Sym)) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, data.data() + symtab.sh_offset + off, sizeof(sym));
+      if (sym.st_shndx != SHN_UNDEF || ELF64_ST_BIND(sym.st_info) != STB_GLOBAL ||
+          sym.st_name >= strtab.sh_size) {
+        continue;
+      }
+      const char* begin = data.data() + strtab.sh_offset + sym.st_name;
+      const std::string name(
+          begin, strnlen(begin, strtab.sh_size - sym.st_name));
+      if (name.empty() || name.rfind("nvml", 0) == 0 ||
+          dlsym(lib, name.c_str()) != nullptr ||
+          dlsym(RTLD_DEFAULT, name.c_str()) != nullptr) {
+        continue;
+      }
+      missing.push_back(name);
+    }
+  }
+  return missing;
+}
+
+template <typename Fn>
+void resolve(void* lib, const char* name, Fn& fn, const std::string& path) {
+  dlerror();
+  void* sym = dlsym(lib, name);
+  TORCH_CHECK(
+      sym != nullptr,
+      "zipccl: ",
+      path,
+      " does not export ",
+      name,
+      " (is it an older libzipccl.so?)");
+  fn = reinterpret_cast<Fn>(sym);
+}
+
+} // namespace
+
+void writeMessage(char* dst, int32_t cap, const std::string& msg) {
+  if (dst == nullptr || cap <= 0) {
+    return;
+  }
+  size_t n = std::min(msg.size(), static_cast<size_t>(cap) - 1);
+  std::memcpy(dst, msg.data(), n);
+  dst[n] = '\0';
+}
+
+void loadLibrary(const std::string& path) {
+  checkNotForked();
+  std::lock_guard<std::mutex> lock(gLoadMu);
+  if (gApiReady.load()) {
+    TORCH_CHECK(
+        path == gLoadedPath,
+        "zipccl: libzipccl.so is already loaded from ",
+        gLoadedPath,
+        "; cannot load a second copy from ",
+        path,
+        " (only one Go runtime may exist per process)");
+    return;
+  }
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* first = dlerror();
+    std::string why = first != nullptr ? first : "unknown dlopen error";
+    // go-nvml leaves the NVML functions undefined on purpose (linked with
+    // --unresolved-symbols=ignore-in-object-files) and binds them after it
+    // dlopens libnvidia-ml at run time: such a library loads only with lazy
+    // binding. The ABI functions are still all checked by dlsym below.
+    if (why.find("undefined symbol: nvml") != std::string::npos) {
+      lib = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+      if (lib == nullptr) {
+        const char* second = dlerror();
+        why = second != nullptr ? second : why;
+      }
+    }
+    TORCH_CHECK(lib != nullptr, "zipccl: cannot load ", path, ": ", why);
+    // Lazy binding would turn any other missing symbol into a process abort
+    // at its first call: refuse such a library now, naming the symbols.
+    const std::vector<std::string> missing = unresolvedSymbols(path, lib);
+    if (!missing.empty()) {
+      std::string names;
+      for (const auto& name : missing) {
+        names += (names.empty() ? "" : ", ") + name;
+      }
+      TORCH_CHECK(
+          false,
+          "zipccl: cannot load ",
+          path,
+          ": undefined symbols (a build error of libzipccl.so): ",
+          names);
+    }
+  }
+  // Never dlclose: a Go runtime cannot be unloaded.
+  Api a{};
+  resolve(lib, "zc_init", a.init, path);
+  resolve(lib, "zc_comm_create", a.comm_create, path);
+  resolve(lib, "zc_comm_submit", a.comm_submit, path);
+  resolve(lib, "zc_comm_set_timeout", a.comm_set_timeout, path);
+  resolve(lib, "zc_comm_abort", a.comm_abort, path);
+  resolve(lib, "zc_comm_destroy", a.comm_destroy, path);
+  resolve(lib, "zc_comm_stats", a.comm_stats, path);
+  resolve(lib, "zc_poll", a.poll, path);
+  resolve(lib, "zc_info", a.info, path);
+  int32_t version = a.init(&storeSet, &storeGet);
+  TORCH_CHECK(
+      version == ZC_ABI_VERSION,
+      "zipccl: ",
+      path,
+      " speaks ABI version ",
+      version,
+      " but this build of zipccl._C expects ",
+      ZC_ABI_VERSION,
+      "; rebuild both from the same checkout");
+  gApi = a;
+  gLoadedPath = path;
+  pthread_atfork(nullptr, nullptr, &onForkChild);
+  std::atexit(&onExit);
+  gApiReady.store(true);
+  std::thread(&completionLoop).detach();
+}
+
+bool libraryLoaded() {
+  return gApiReady.load();
+}
+
+const Api& api() {
+  checkNotForked();
+  TORCH_CHECK(
+      gApiReady.load(),
+      "zipccl: libzipccl.so is not loaded (zipccl._C._load was not called)");
+  return gApi;
+}
+
+bool forked() {
+  return gForked.load();
+}
+
+void checkNotForked() {
+  TORCH_CHECK(!gForked.load(), kForkedMessage);
+}
+
+void markExiting() {
+  gExiting.store(true);
+}
+
+bool exiting() {
+  if (gExiting.load()) {
+    return true;
+  }
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+uint64_t nextTicket() {
+  return gNextTicket.fetch_add(1);
+}
+
+void track(uint64_t ticket, const c10::intrusive_ptr<ZipcclWork>& work) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.works.emplace(ticket, work);
+}
+
+void untrack(uint64_t ticket) {
+  take(ticket);
+}
+
+StoreHandle* newStoreHandle(const c10::intrusive_ptr<c10d::Store>& store) {
+  TORCH_CHECK(store, "zipccl: the process group was created without a store");
+  // A private connection where the store offers one: Go blocks in wait() on
+  // it, which must not hold up the caller's (or a parent group's) traffic.
+  c10::intrusive_ptr<c10d::Store> own;
+  try {
+    own = store->clone();
+  } catch (const std::exception&) {
+    own = nullptr;
+  }
+  return new StoreHandle{own ? own : store};
+}
+
+GilRelease::GilRelease() {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    state_ = PyEval_SaveThread();
+  }
+}
+
+GilRelease::~GilRelease() {
+  if (state_ != nullptr) {
+    PyEval_RestoreThread(static_cast<PyThreadState*>(state_));
+  }
+}
+
+} // namespace zipccl

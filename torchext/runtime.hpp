@@ -1,0 +1,79 @@
+// The process-wide side of the shim: the Go library loaded with dlopen, the
+// fork guard, the ticket registry and the single completion thread, and the
+// c10d::Store bridge handed to Go.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "zipccl_abi.h"
+#include "zipccl_torch.hpp"
+
+namespace zipccl {
+
+class ZipcclWork;
+
+// The exported functions of libzipccl.so, resolved with dlsym.
+struct Api {
+  zc_init_fn init;
+  zc_comm_create_fn comm_create;
+  zc_comm_submit_fn comm_submit;
+  zc_comm_set_timeout_fn comm_set_timeout;
+  zc_comm_abort_fn comm_abort;
+  zc_comm_destroy_fn comm_destroy;
+  zc_comm_stats_fn comm_stats;
+  zc_poll_fn poll;
+  zc_info_fn info;
+};
+
+// Loads libzipccl.so from path once per process: dlopen(RTLD_NOW|RTLD_LOCAL),
+// resolves every ABI function, checks zc_init's version, installs the fork
+// handler and starts the completion thread. A second call is a no-op when
+// the path is the same and an error otherwise.
+void loadLibrary(const std::string& path);
+bool libraryLoaded();
+// The loaded library's functions; throws when nothing is loaded yet.
+const Api& api();
+
+// True in a child forked from a process that had loaded the library.
+bool forked();
+// Throws the fork error when forked().
+void checkNotForked();
+extern const char* const kForkedMessage;
+
+// Set once the interpreter is shutting down (Python atexit, C atexit, or
+// Python finalizing): destructors must not call into Go from then on.
+void markExiting();
+bool exiting();
+
+// Tickets: chosen here, echoed by zc_poll. track() must happen before
+// zc_comm_submit; untrack() undoes it when the submit is rejected.
+uint64_t nextTicket();
+void track(uint64_t ticket, const c10::intrusive_ptr<ZipcclWork>& work);
+void untrack(uint64_t ticket);
+
+// The object behind zc_comm_config.store: owned by the backend, freed only
+// after zc_comm_destroy returned.
+struct StoreHandle {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+StoreHandle* newStoreHandle(const c10::intrusive_ptr<c10d::Store>& store);
+
+// Releases the GIL for its lifetime when the calling thread holds it, so that
+// blocking Go calls never stall Python callbacks that the completion thread
+// (or a Python-implemented store) runs.
+class GilRelease {
+ public:
+  GilRelease();
+  ~GilRelease();
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  void* state_ = nullptr;
+};
+
+// Copies a message into a C buffer of errlen bytes, always NUL-terminated.
+void writeMessage(char* dst, int32_t cap, const std::string& msg);
+
+} // namespace zipccl
