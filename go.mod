@@ -4,12 +4,10 @@ go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1
+	github.com/klauspost/compress v1.20.3
 	github.com/klauspost/cpuid/v2 v2.4.2
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sys v0.49.0
 )
 
-require (
-	github.com/klauspost/compress v1.20.3 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.49.0 // indirect
-)
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -31,3 +31,12 @@ type Conn interface {
 func Slot(step, segment int) uint32 {
 	return uint32(step)<<16 | uint32(segment)&0xffff
 }
+
+// VarConn is a Conn that can also receive a message whose length is only
+// bounded, such as a compressed payload.
+type VarConn interface {
+	Conn
+	// RecvUpTo receives a message of at most len(buf) bytes into buf and
+	// returns its length.
+	RecvUpTo(ctx context.Context, peer int, slot uint32, buf []byte) (int, error)
+}

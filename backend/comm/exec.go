@@ -41,6 +41,14 @@ func (o *opConn) Recv(ctx context.Context, peer int, slot uint32, buf []byte) er
 	return nil
 }
 
+func (o *opConn) RecvUpTo(ctx context.Context, peer int, slot uint32, buf []byte) (int, error) {
+	pd := o.c.mesh.PostUpTo(peer, transport.Key{Kind: transport.Coll, Seq: o.seq, Slot: slot}, buf, &o.desc)
+	if _, err := pd.Wait(ctx); err != nil {
+		return 0, &peerOpError{peer: peer, err: err}
+	}
+	return pd.Len(), nil
+}
+
 // peerOpError remembers which peer an op was talking to when it failed.
 type peerOpError struct {
 	peer int

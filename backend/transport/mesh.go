@@ -81,6 +81,8 @@ type message struct {
 
 type recvReq struct {
 	buf       []byte
+	n         int  // bytes received
+	upTo      bool // the message may be shorter than buf
 	want      Desc
 	checkDesc bool
 	key       Key
@@ -379,8 +381,9 @@ func (m *Mesh) deliver(p *peer, h *header, c net.Conn) error {
 		}
 		r.claimed = true
 		r.src = p.rank
+		r.n = int(h.length)
 		m.mu.Unlock()
-		if _, err := io.ReadFull(c, r.buf); err != nil {
+		if _, err := io.ReadFull(c, r.buf[:r.n]); err != nil {
 			m.mu.Lock()
 			r.finish(p.rank, &PeerError{Rank: p.rank, Remote: true, Err: err})
 			m.mu.Unlock()
@@ -441,7 +444,11 @@ func (m *Mesh) match(src int, k Key) *recvReq {
 }
 
 func (r *recvReq) check(src int, h *header) error {
-	if (r.checkDesc && r.want != h.desc) || uint64(len(r.buf)) != h.length {
+	badLen := uint64(len(r.buf)) != h.length
+	if r.upTo {
+		badLen = h.length > uint64(len(r.buf))
+	}
+	if (r.checkDesc && r.want != h.desc) || badLen {
 		return &MismatchError{Peer: src, Key: r.key, Want: r.want, Got: h.desc, WantLen: uint64(len(r.buf)), GotLen: h.length}
 	}
 	return nil
@@ -451,7 +458,7 @@ func (r *recvReq) fill(src int, h *header, buf []byte) error {
 	if err := r.check(src, h); err != nil {
 		return err
 	}
-	copy(r.buf, buf)
+	r.n = copy(r.buf, buf)
 	return nil
 }
 
@@ -476,7 +483,17 @@ type Pending struct {
 // descriptor. Receives posted for the same key are matched in posting
 // order, so Post is where ordering is decided; Wait may run elsewhere.
 func (m *Mesh) Post(peer int, k Key, buf []byte, want *Desc) *Pending {
-	r := &recvReq{buf: buf, key: k, peer: peer, done: make(chan struct{})}
+	return m.post(peer, k, buf, want, false)
+}
+
+// PostUpTo is Post for a message of unknown length up to len(buf), such as
+// a compressed payload; Pending.Len tells how much arrived.
+func (m *Mesh) PostUpTo(peer int, k Key, buf []byte, want *Desc) *Pending {
+	return m.post(peer, k, buf, want, true)
+}
+
+func (m *Mesh) post(peer int, k Key, buf []byte, want *Desc, upTo bool) *Pending {
+	r := &recvReq{buf: buf, upTo: upTo, key: k, peer: peer, done: make(chan struct{})}
 	if want != nil {
 		r.want, r.checkDesc = *want, true
 	}
@@ -538,6 +555,9 @@ func (pd *Pending) Wait(ctx context.Context) (int, error) {
 	}
 	return src, context.Cause(ctx)
 }
+
+// Len is the length of the received message, once Wait returned nil.
+func (pd *Pending) Len() int { return pd.r.n }
 
 // Recv is Post followed by Wait.
 func (m *Mesh) Recv(ctx context.Context, peer int, k Key, buf []byte, want *Desc) (int, error) {

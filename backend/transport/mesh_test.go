@@ -287,3 +287,32 @@ func TestManyConcurrentSendsKeepFramesIntact(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestPostUpToAcceptsShorterMessages(t *testing.T) {
+	g := newTestGroup(t, 2)
+	ctx := ctxT(t)
+	var d Desc
+	buf := make([]byte, 100)
+	// Posted before the message arrives: read straight into buf.
+	pd := g.meshes[0].PostUpTo(1, Key{Kind: Coll, Seq: 1}, buf, &d)
+	require.NoError(t, g.meshes[1].Send(ctx, 0, Key{Kind: Coll, Seq: 1}, &d, []byte("short")))
+	_, err := pd.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "short", string(buf[:pd.Len()]))
+	// Buffered first, posted later.
+	require.NoError(t, g.meshes[1].Send(ctx, 0, Key{Kind: Coll, Seq: 2}, &d, []byte("later")))
+	require.Eventually(t, func() bool {
+		g.meshes[0].mu.Lock()
+		defer g.meshes[0].mu.Unlock()
+		return len(g.meshes[0].unexp) == 1
+	}, 5*time.Second, time.Millisecond)
+	pd = g.meshes[0].PostUpTo(1, Key{Kind: Coll, Seq: 2}, buf, &d)
+	_, err = pd.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "later", string(buf[:pd.Len()]))
+	// Longer than the buffer is a mismatch.
+	require.NoError(t, g.meshes[1].Send(ctx, 0, Key{Kind: Coll, Seq: 3}, &d, make([]byte, 101)))
+	_, err = g.meshes[0].PostUpTo(1, Key{Kind: Coll, Seq: 3}, buf, &d).Wait(ctx)
+	var me *MismatchError
+	require.ErrorAs(t, err, &me)
+}

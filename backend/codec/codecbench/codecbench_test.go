@@ -1,0 +1,74 @@
+package codecbench
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/zipccl/zipccl/backend/dtype"
+)
+
+func gaussBF16(n int, sigma float64) []byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	b := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(float32(r.NormFloat64()*sigma)))
+	}
+	return b
+}
+
+func TestRun(t *testing.T) {
+	n := 1 << 16
+	o := Options{Rounds: 1, MinTime: time.Millisecond}
+	rows := Run(gaussBF16(n, 0.02), dtype.BFloat16, o)
+	names := map[string]bool{}
+	for _, r := range rows {
+		if r.Error != "" {
+			t.Errorf("%v", r)
+		}
+		names[r.Name+"/"+r.Op] = true
+		t.Log(r)
+	}
+	for _, want := range []string{"memcpy/copy", "raw/encode", "raw/decode", "zip3/encode", "zip3/decode", "huff/encode", "huff/decode",
+		"auto/encode", "auto/decode", "huff0-4x/encode", "huff0-4x/decode", "zstd-fastest/encode", "zstd-fastest/decode", "entropy/bound"} {
+		if !names[want] {
+			t.Errorf("missing row %s", want)
+		}
+	}
+	if _, err := json.Marshal(rows); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReport prints a full report when ZIPCCL_CODECBENCH_MIB is set, e.g.
+// ZIPCCL_CODECBENCH_MIB=4 go test -run Report -v ./backend/codec/codecbench
+func TestReport(t *testing.T) {
+	mib, _ := strconv.Atoi(os.Getenv("ZIPCCL_CODECBENCH_MIB"))
+	if mib <= 0 {
+		t.Skip("set ZIPCCL_CODECBENCH_MIB")
+	}
+	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Float16} {
+		r := rand.New(rand.NewPCG(7, 7))
+		n := mib << 20 / dt.Size()
+		b := make([]byte, n*dt.Size())
+		for i := 0; i < n; i++ {
+			v := float32(r.NormFloat64() * 0.02)
+			switch dt {
+			case dtype.BFloat16:
+				binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(v))
+			case dtype.Float16:
+				binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToF16(v))
+			case dtype.Float32:
+				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+			}
+		}
+		for _, row := range Run(b, dt, Options{Rounds: 7, MinTime: 100 * time.Millisecond}) {
+			t.Log(row)
+		}
+	}
+}

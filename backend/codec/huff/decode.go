@@ -1,0 +1,356 @@
+package huff
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// lut entry layout: bits 0..31 up to four symbols, 32..34 symbol count,
+// 40..47 bits consumed, flagEsc: the code is the escape (symbol follows as 8
+// raw bits), flagBad: no code starts with these bits.
+const (
+	flagEsc = 1 << 62
+	flagBad = 1 << 63
+)
+
+// Decoder decodes records. The zero value is ready to use; it is not safe for
+// concurrent use. It caches the lookup table of the last table seen.
+type Decoder struct {
+	t      table
+	codes  [257]uint16
+	single [lutSize]uint16 // sym | len<<8; len 0: bad; sym 0x100 bit: escape
+	lut    [lutSize]uint64
+	aux    [lutSize]uint64
+	key    [130]byte
+	keyLen int
+	escLen uint
+	coded  [256]bool // symbols with a code of their own (may not be escaped)
+}
+
+// DecodeBlock decodes the record at the start of src into out (len(out)
+// symbols) and returns the record length.
+func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
+	n := len(out)
+	if len(src) < 1 {
+		return 0, fmt.Errorf("%w: empty record", ErrCorrupt)
+	}
+	switch src[0] {
+	case ModeRaw:
+		if len(src) < 1+n {
+			return 0, fmt.Errorf("%w: truncated raw record", ErrCorrupt)
+		}
+		copy(out, src[1:1+n])
+		return 1 + n, nil
+	case ModeRLE:
+		if len(src) < 2 {
+			return 0, fmt.Errorf("%w: truncated rle record", ErrCorrupt)
+		}
+		s := src[1]
+		for i := range out {
+			out[i] = s
+		}
+		return 2, nil
+	case ModeHuff:
+	default:
+		return 0, fmt.Errorf("%w: unknown record mode %d", ErrCorrupt, src[0])
+	}
+	tl, err := parseTable(src[1:], &d.t)
+	if err != nil {
+		return 0, err
+	}
+	if tl != d.keyLen || string(d.key[:tl]) != string(src[1:1+tl]) {
+		d.buildLUT()
+		d.keyLen = copy(d.key[:], src[1:1+tl])
+	}
+	hdr := 1 + tl
+	if len(src) < hdr+streamHdr {
+		return 0, fmt.Errorf("%w: truncated stream header", ErrCorrupt)
+	}
+	pos := hdr + streamHdr
+	var starts [5]int
+	starts[0] = pos
+	for k := 0; k < 4; k++ {
+		l := int(binary.LittleEndian.Uint32(src[hdr+4*k:]))
+		if l > len(src)-pos {
+			return 0, fmt.Errorf("%w: stream %d length %d past end", ErrCorrupt, k, l)
+		}
+		pos += l
+		starts[k+1] = pos
+	}
+	src = src[:pos]
+	for k := 0; k < 4; k += 2 {
+		o0 := out[k*n>>2 : (k+1)*n>>2]
+		o1 := out[(k+1)*n>>2 : (k+2)*n>>2]
+		if err := d.decodePair(o0, o1, src, starts[k], starts[k+1], starts[k+2]); err != nil {
+			return 0, fmt.Errorf("streams %d-%d: %w", k, k+1, err)
+		}
+	}
+	return pos, nil
+}
+
+func (d *Decoder) buildLUT() {
+	t := &d.t
+	t.canonical(&d.codes)
+	for i := range d.single {
+		d.single[i] = 0
+	}
+	for i := 0; i <= t.nwin; i++ {
+		j := i
+		sym := uint16(t.lo + i)
+		if i == t.nwin {
+			j = escSym
+			sym = 0x100
+		}
+		l := t.lens[j]
+		if l == 0 {
+			continue
+		}
+		v := sym | uint16(l)<<9
+		for x := int(d.codes[j]); x < lutSize; x += 1 << l {
+			d.single[x] = v
+		}
+	}
+	d.escLen = uint(t.lens[escSym])
+	d.coded = [256]bool{}
+	for i := 0; i < t.nwin; i++ {
+		d.coded[t.lo+i] = t.lens[i] > 0
+	}
+	// aux[v]: symbols (bits 0..31), count (32..35) and the bits consumed after
+	// 1..4 symbols (nibbles at 36..51; 15 past the count). The entry for v is
+	// its first code followed by the entry of the remaining bits v>>l1, cut
+	// to the 11-l1 bits that are known; v>>l1 < v, so one pass in order works.
+	aux := &d.aux
+	for v := 0; v < lutSize; v++ {
+		s := d.single[v]
+		l1 := uint64(s >> 9)
+		if l1 == 0 || s&0x100 != 0 {
+			aux[v] = 0xffff << 36
+			if l1 == 0 {
+				d.lut[v] = flagBad
+			} else {
+				d.lut[v] = flagEsc
+			}
+			continue
+		}
+		var tr uint64
+		if r := v >> l1; r != v {
+			tr = aux[r]
+		} else {
+			tr = d.auxZero(l1)
+		}
+		b := int64(MaxCodeLen - l1)
+		c1 := int64(tr >> 36 & 15)
+		c2 := int64(tr >> 40 & 15)
+		c3 := int64(tr >> 44 & 15)
+		k := uint64((c1-b-1)>>63&1 + (c2-b-1)>>63&1 + (c3-b-1)>>63&1)
+		keep := uint64(1)<<(4*k) - 1
+		cums := ((tr>>36&0xfff + l1*0x111) & keep) | (0xfff &^ keep)
+		cums = l1 | cums<<4 // nibble 0 = l1
+		syms := uint64(s&0xff) | tr<<8&0xffffff00
+		total := cums >> (4 * k) & 15
+		aux[v] = syms | (1+k)<<32 | cums<<36
+		d.lut[v] = syms | (1+k)<<32 | total<<40
+	}
+}
+
+// auxZero decodes the all-zero remainder after a first code of length l1 by
+// walking the codes (the one self-referential case, v = 0).
+func (d *Decoder) auxZero(l1 uint64) uint64 {
+	var syms, cums uint64
+	n := uint64(0)
+	used := uint64(0)
+	for n < 4 {
+		s := d.single[0]
+		l := uint64(s >> 9)
+		if l == 0 || s&0x100 != 0 || used+l > MaxCodeLen-l1 {
+			break
+		}
+		syms |= uint64(s&0xff) << (8 * n)
+		used += l
+		cums |= used << (4 * n)
+		n++
+	}
+	for i := n; i < 4; i++ {
+		cums |= 15 << (4 * i)
+	}
+	return syms | n<<32 | cums<<36
+}
+
+var (
+	errBad      = fmt.Errorf("%w: invalid code", ErrCorrupt)
+	errLen      = fmt.Errorf("%w: stream length mismatch", ErrCorrupt)
+	errNoEsc    = fmt.Errorf("%w: escape past stream end", ErrCorrupt)
+	errEscCoded = fmt.Errorf("%w: escaped symbol has its own code", ErrCorrupt)
+	errPadBits  = fmt.Errorf("%w: non-zero stream padding bits", ErrCorrupt)
+)
+
+// streamState is a bit reader part-way through a stream.
+type streamState struct {
+	buf uint64
+	cnt uint
+	pos int // next byte to load
+	p   int // next output index
+}
+
+// decodePair decodes two adjacent streams [s0, s1) and [s1, s2) together
+// (independent dependency chains), then finishes each on its own.
+func (d *Decoder) decodePair(o0, o1, src []byte, s0, s1, s2 int) error {
+	lut := &d.lut
+	escLen := d.escLen & 63
+	var b0, b1 uint64
+	var c0, c1 uint
+	q0, q1 := s0, s1
+	p0, p1 := 0, 0
+	n0, n1 := len(o0), len(o1)
+	end := len(src) - 8
+pair:
+	for p0+16 <= n0 && p1+16 <= n1 && q0 <= end && q1 <= end {
+		b0 |= binary.LittleEndian.Uint64(src[q0:]) << (c0 & 63)
+		q0 += int(63-c0) >> 3
+		c0 |= 56
+		b1 |= binary.LittleEndian.Uint64(src[q1:]) << (c1 & 63)
+		q1 += int(63-c1) >> 3
+		c1 |= 56
+		for j := 0; j < 4; j++ {
+			e0 := lut[b0&lutMask]
+			e1 := lut[b1&lutMask]
+			if e0|e1 >= flagEsc {
+				// rare: handle escapes (or bad codes) one stream at a time
+				if e0 >= flagEsc {
+					if e0&flagBad != 0 {
+						return errBad
+					}
+					b0 >>= escLen
+					if d.coded[byte(b0)] {
+						return errEscCoded
+					}
+					o0[p0] = byte(b0)
+					p0++
+					b0 >>= 8
+					c0 -= escLen + 8
+				} else {
+					binary.LittleEndian.PutUint32(o0[p0:], uint32(e0))
+					p0 += int(e0 >> 32 & 7)
+					nb := uint(e0>>40) & 63
+					b0 >>= nb
+					c0 -= nb
+				}
+				if e1 >= flagEsc {
+					if e1&flagBad != 0 {
+						return errBad
+					}
+					b1 >>= escLen
+					if d.coded[byte(b1)] {
+						return errEscCoded
+					}
+					o1[p1] = byte(b1)
+					p1++
+					b1 >>= 8
+					c1 -= escLen + 8
+				} else {
+					binary.LittleEndian.PutUint32(o1[p1:], uint32(e1))
+					p1 += int(e1 >> 32 & 7)
+					nb := uint(e1>>40) & 63
+					b1 >>= nb
+					c1 -= nb
+				}
+				continue pair
+			}
+			binary.LittleEndian.PutUint32(o0[p0:], uint32(e0))
+			p0 += int(e0 >> 32 & 7)
+			nb0 := uint(e0>>40) & 63
+			b0 >>= nb0
+			c0 -= nb0
+			binary.LittleEndian.PutUint32(o1[p1:], uint32(e1))
+			p1 += int(e1 >> 32 & 7)
+			nb1 := uint(e1>>40) & 63
+			b1 >>= nb1
+			c1 -= nb1
+		}
+	}
+	if err := d.finishStream(o0, src, s0, s1, streamState{b0, c0, q0, p0}); err != nil {
+		return err
+	}
+	return d.finishStream(o1, src, s1, s2, streamState{b1, c1, q1, p1})
+}
+
+// finishStream continues a stream from state st until len(out) symbols are
+// decoded and checks that exactly the stream's bytes were consumed.
+func (d *Decoder) finishStream(out, src []byte, start, end int, st streamState) error {
+	lut := &d.lut
+	buf, cnt, pos, p := st.buf, st.cnt, st.pos, st.p
+	n := len(out)
+	escLen := d.escLen
+fast:
+	for p+16 <= n && pos+8 <= len(src) {
+		buf |= binary.LittleEndian.Uint64(src[pos:]) << (cnt & 63)
+		pos += int(63-cnt) >> 3
+		cnt |= 56
+		for j := 0; j < 4; j++ {
+			e := lut[buf&lutMask]
+			if e >= flagEsc {
+				if e&flagBad != 0 {
+					return errBad
+				}
+				// escape: >= 23 bits are available here
+				buf >>= escLen & 63
+				if d.coded[byte(buf)] {
+					return errEscCoded
+				}
+				out[p] = byte(buf)
+				p++
+				buf >>= 8
+				cnt -= escLen + 8
+				continue fast
+			}
+			binary.LittleEndian.PutUint32(out[p:], uint32(e))
+			p += int(e >> 32 & 7)
+			nb := uint(e>>40) & 63
+			buf >>= nb
+			cnt -= nb
+		}
+	}
+	// careful tail: refill byte by byte, never past end
+	for p < n {
+		if cnt < MaxCodeLen+8 {
+			for cnt <= 56 && pos < end {
+				buf |= uint64(src[pos]) << (cnt & 63)
+				pos++
+				cnt += 8
+			}
+		}
+		s := d.single[buf&lutMask]
+		l := uint(s >> 9)
+		if l == 0 {
+			return errBad
+		}
+		if l > cnt {
+			return errLen
+		}
+		buf >>= l & 63
+		cnt -= l
+		if s&0x100 != 0 {
+			if cnt < 8 {
+				return errNoEsc
+			}
+			if d.coded[byte(buf)] {
+				return errEscCoded
+			}
+			out[p] = byte(buf)
+			buf >>= 8
+			cnt -= 8
+		} else {
+			out[p] = byte(s)
+		}
+		p++
+	}
+	// consumed bits must end inside the last byte of the stream
+	used := (pos-start)*8 - int(cnt)
+	if used > (end-start)*8 || (end-start)*8-used >= 8 {
+		return errLen
+	}
+	if r := used - (end-start-1)*8; end > start && r < 8 && src[end-1]>>r != 0 {
+		return errPadBits
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package huff
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func gaussExp(n int, sigma float64, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		v := math.Float32bits(float32(r.NormFloat64() * sigma))
+		b[i] = byte(v >> 23)
+	}
+	return b
+}
+
+func entropy(b []byte) float64 {
+	var h [256]int
+	for _, v := range b {
+		h[v]++
+	}
+	e := 0.0
+	for _, c := range h {
+		if c > 0 {
+			p := float64(c) / float64(len(b))
+			e -= p * math.Log2(p)
+		}
+	}
+	return e
+}
+
+func rt(t *testing.T, e *Encoder, d *Decoder, syms []byte) []byte {
+	t.Helper()
+	rec := e.AppendBlock(nil, syms)
+	if len(rec) > len(syms)+1 {
+		t.Fatalf("expanded: %d > %d", len(rec), len(syms)+1)
+	}
+	out := make([]byte, len(syms))
+	m, err := d.DecodeBlock(out, rec)
+	if err != nil {
+		t.Fatalf("n=%d: %v", len(syms), err)
+	}
+	if m != len(rec) || !bytes.Equal(out, syms) {
+		t.Fatalf("n=%d mismatch (m=%d len=%d)", len(syms), m, len(rec))
+	}
+	return rec
+}
+
+func TestRoundTrip(t *testing.T) {
+	var e Encoder
+	var d Decoder
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, n := range []int{1, 2, 3, 5, 17, 100, 1023, 1024, 4097, 65536} {
+		rt(t, &e, &d, gaussExp(n, 0.02, uint64(n)))
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		rt(t, &e, &d, b)
+		rt(t, &e, &d, bytes.Repeat([]byte{7}, n))
+	}
+	for _, sigma := range []float64{1e-4, 0.02, 1, 1000} {
+		s := gaussExp(65536, sigma, 3)
+		rec := rt(t, &e, &d, s)
+		bits := float64(len(rec)) * 8 / float64(len(s))
+		t.Logf("sigma %g: H=%.4f coded %.4f bits/sym", sigma, entropy(s), bits)
+	}
+}
+
+func TestAdversary(t *testing.T) {
+	// sampled positions narrow, the rest spread over all 256 values
+	var e Encoder
+	var d Decoder
+	n := 65536
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := range b {
+		if i%sampleStride == 0 {
+			b[i] = 120 + byte(i/sampleStride%3)
+		} else if i%97 == 1 {
+			b[i] = byte(r.Uint32())
+		} else {
+			b[i] = 121
+		}
+	}
+	rt(t, &e, &d, b)
+}
+
+func TestStreamKernels(t *testing.T) {
+	var e Encoder
+	for _, n := range []int{0, 1, 2, 3, 4, 5, 100, 4097} {
+		s := gaussExp(n, 0.3, uint64(n))
+		for i := 0; i < n; i += 7 {
+			s[i] = byte(i) // escapes too
+		}
+		e.hist = [256]uint32{}
+		for _, v := range s {
+			e.hist[v]++
+		}
+		e.Reset()
+		e.chooseTable(0, 255)
+		out1 := make([]byte, n*3+16)
+		out2 := make([]byte, n*3+16)
+		w1 := encodeStream(out1, s, &e.ctab)
+		w2 := encodeStreamFn(out2, s, &e.ctab)
+		if w1 != w2 || string(out1[:w1]) != string(out2[:w2]) {
+			t.Fatalf("n=%d: stream kernels differ (%d vs %d bytes)", n, w1, w2)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package codec
+
+import (
+	"encoding/binary"
+
+	"github.com/zipccl/zipccl/backend/codec/zip3"
+)
+
+// Huff splits each element into an 8-bit symbol (coded) and residue bytes
+// (kept raw in the static part):
+//
+//	bf16: symbol = exponent byte (bits 7..14); R8 = sign<<7 | mantissa (7 bits)
+//	fp32: symbol = exponent byte (bits 23..30); R8 = sign<<7 | mantissa bits 16..22;
+//	      R16 = low 16 bits
+//	fp16: symbol = high byte (sign, 5 exponent bits, 2 mantissa bits); R8 = low byte
+//	fp8:  symbol = the whole byte; no residue
+//
+// The split functions write len(src)/size elements; the merge functions are
+// their inverse. The SIMD versions are installed by split_amd64.go.
+var (
+	splitBF16 = splitBF16Go
+	mergeBF16 = mergeBF16Go
+	symsBF16  = symsBF16Go
+)
+
+func splitBF16Go(r8, syms, src []byte) {
+	n := len(src) / 2
+	r8, syms = r8[:n], syms[:n]
+	for i := range syms {
+		x := binary.LittleEndian.Uint16(src[2*i:])
+		r8[i] = byte(x>>8)&0x80 | byte(x)&0x7f
+		syms[i] = byte(x >> 7)
+	}
+}
+
+func symsBF16Go(syms, src []byte) {
+	n := len(src) / 2
+	syms = syms[:n]
+	for i := range syms {
+		syms[i] = byte(binary.LittleEndian.Uint16(src[2*i:]) >> 7)
+	}
+}
+
+func mergeBF16Go(dst, r8, syms []byte) {
+	n := len(dst) / 2
+	r8, syms = r8[:n], syms[:n]
+	for i := range syms {
+		r, e := uint16(r8[i]), uint16(syms[i])
+		binary.LittleEndian.PutUint16(dst[2*i:], r&0x80<<8|e<<7|r&0x7f)
+	}
+}
+
+// fp32 goes through the bf16 kernels: its high half is a bfloat16 with the
+// same exponent byte and the same R8 byte; the low half is R16.
+func splitFP32(r8, r16, syms, src []byte, hi *[]byte) {
+	n := len(src) / 4
+	*hi = growBuf(*hi, 2*n)
+	zip3.SplitHalves((*hi)[:2*n], r16[:2*n], src)
+	splitBF16(r8[:n], syms[:n], (*hi)[:2*n])
+}
+
+func symsFP32(syms, src []byte) {
+	n := len(src) / 4
+	syms = syms[:n]
+	for i := range syms {
+		syms[i] = byte(binary.LittleEndian.Uint32(src[4*i:]) >> 23)
+	}
+}
+
+func mergeFP32(dst, r8, r16, syms []byte, hi *[]byte) {
+	n := len(dst) / 4
+	*hi = growBuf(*hi, 2*n)
+	mergeBF16((*hi)[:2*n], r8[:n], syms[:n])
+	zip3.JoinHalves(dst, (*hi)[:2*n], r16[:2*n])
+}
+
+func growBuf(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// fp16 (de)interleaves the low and high bytes, eight bytes at a time.
+func splitFP16(r8, syms, src []byte) {
+	n := len(src) / 2
+	r8, syms = r8[:n], syms[:n]
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		x := binary.LittleEndian.Uint64(src[2*i:])
+		binary.LittleEndian.PutUint32(r8[i:], pack4(x))
+		binary.LittleEndian.PutUint32(syms[i:], pack4(x>>8))
+	}
+	for ; i < n; i++ {
+		r8[i] = src[2*i]
+		syms[i] = src[2*i+1]
+	}
+}
+
+// pack4 gathers bytes 0, 2, 4, 6 of x.
+func pack4(x uint64) uint32 {
+	x &= 0x00ff00ff00ff00ff
+	x = (x | x>>8) & 0x0000ffff0000ffff
+	return uint32(x | x>>16)
+}
+
+// spread4 is the inverse of pack4 (into bytes 0, 2, 4, 6).
+func spread4(v uint32) uint64 {
+	x := uint64(v)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	return (x | x<<8) & 0x00ff00ff00ff00ff
+}
+
+func symsFP16(syms, src []byte) {
+	n := len(src) / 2
+	syms = syms[:n]
+	for i := range syms {
+		syms[i] = src[2*i+1]
+	}
+}
+
+func mergeFP16(dst, r8, syms []byte) {
+	n := len(dst) / 2
+	r8, syms = r8[:n], syms[:n]
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		x := spread4(binary.LittleEndian.Uint32(r8[i:])) | spread4(binary.LittleEndian.Uint32(syms[i:]))<<8
+		binary.LittleEndian.PutUint64(dst[2*i:], x)
+	}
+	for ; i < n; i++ {
+		dst[2*i] = r8[i]
+		dst[2*i+1] = syms[i]
+	}
+}
+
+// huffSplit writes the residue arrays of block src into st (huffStatic bytes,
+// padding zeroed) and its symbols into syms. For fp8 the
+// symbols are src itself and the returned slice aliases it.
+func huffSplit(f zip3.Format, st, syms, src []byte, hi *[]byte) []byte {
+	switch f {
+	case zip3.BF16:
+		n := len(src) / 2
+		splitBF16(st[:n], syms[:n], src)
+		clear(st[n:])
+		return syms[:n]
+	case zip3.FP32:
+		n := len(src) / 4
+		np := len(st) / 3
+		splitFP32(st[:n], st[np:np+2*n], syms[:n], src, hi)
+		clear(st[n:np])
+		clear(st[np+2*n:])
+		return syms[:n]
+	case zip3.FP16:
+		n := len(src) / 2
+		splitFP16(st[:n], syms[:n], src)
+		clear(st[n:])
+		return syms[:n]
+	}
+	return src
+}
+
+// huffSyms extracts only the symbols of block src.
+func huffSyms(f zip3.Format, syms, src []byte) []byte {
+	switch f {
+	case zip3.BF16:
+		symsBF16(syms, src)
+		return syms[:len(src)/2]
+	case zip3.FP32:
+		symsFP32(syms, src)
+		return syms[:len(src)/4]
+	case zip3.FP16:
+		symsFP16(syms, src)
+		return syms[:len(src)/2]
+	}
+	return src
+}
+
+// huffMerge rebuilds block dst from its residue arrays st and symbols.
+func huffMerge(f zip3.Format, dst, st, syms []byte, hi *[]byte) {
+	switch f {
+	case zip3.BF16:
+		mergeBF16(dst, st, syms)
+	case zip3.FP32:
+		np := len(st) / 3
+		mergeFP32(dst, st[:np], st[np:], syms, hi)
+	case zip3.FP16:
+		mergeFP16(dst, st, syms)
+	default:
+		copy(dst, syms)
+	}
+}

@@ -1,0 +1,120 @@
+//go:build !purego
+
+package codec
+
+import "github.com/klauspost/cpuid/v2"
+
+//go:noescape
+func splitBF16AVX512(r8, syms, src *byte, n64 int)
+
+//go:noescape
+func symsBF16AVX512(syms, src *byte, n64 int)
+
+//go:noescape
+func mergeBF16AVX512(dst, r8, syms *byte, n64 int)
+
+//go:noescape
+func splitBF16AVX2(r8, syms, src *byte, n32 int)
+
+//go:noescape
+func mergeBF16AVX2(dst, r8, syms *byte, n32 int)
+
+var (
+	hasAVX512 = cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512VBMI)
+	hasAVX2   = cpuid.CPU.Supports(cpuid.AVX2)
+)
+
+func init() { useSplitKernels(bestSplit()) }
+
+func bestSplit() string {
+	switch {
+	case hasAVX512:
+		return "avx512"
+	case hasAVX2:
+		return "avx2"
+	}
+	return "go"
+}
+
+// splitKernels lists the usable split/merge kernel sets, fastest first.
+func splitKernels() []string {
+	var k []string
+	if hasAVX512 {
+		k = append(k, "avx512")
+	}
+	if hasAVX2 {
+		k = append(k, "avx2")
+	}
+	return append(k, "go")
+}
+
+func useSplitKernels(name string) {
+	switch {
+	case name == "avx512" && hasAVX512:
+		splitBF16, symsBF16, mergeBF16 = splitBF16Z, symsBF16Z, mergeBF16Z
+	case name == "avx2" && hasAVX2:
+		splitBF16, symsBF16, mergeBF16 = splitBF16Y, symsBF16Y, mergeBF16Y
+	default:
+		splitBF16, symsBF16, mergeBF16 = splitBF16Go, symsBF16Go, mergeBF16Go
+	}
+}
+
+func splitBF16Z(r8, syms, src []byte) {
+	n := len(src) / 2
+	m := n / 64
+	if m > 0 {
+		_, _, _ = r8[64*m-1], syms[64*m-1], src[128*m-1]
+		splitBF16AVX512(&r8[0], &syms[0], &src[0], m)
+	}
+	splitBF16Go(r8[64*m:], syms[64*m:], src[128*m:])
+}
+
+func symsBF16Z(syms, src []byte) {
+	n := len(src) / 2
+	m := n / 64
+	if m > 0 {
+		_, _ = syms[64*m-1], src[128*m-1]
+		symsBF16AVX512(&syms[0], &src[0], m)
+	}
+	symsBF16Go(syms[64*m:], src[128*m:])
+}
+
+func mergeBF16Z(dst, r8, syms []byte) {
+	n := len(dst) / 2
+	m := n / 64
+	if m > 0 {
+		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
+		mergeBF16AVX512(&dst[0], &r8[0], &syms[0], m)
+	}
+	mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+}
+
+func splitBF16Y(r8, syms, src []byte) {
+	n := len(src) / 2
+	m := n / 32
+	if m > 0 {
+		_, _, _ = r8[32*m-1], syms[32*m-1], src[64*m-1]
+		splitBF16AVX2(&r8[0], &syms[0], &src[0], m)
+	}
+	splitBF16Go(r8[32*m:], syms[32*m:], src[64*m:])
+}
+
+func symsBF16Y(syms, src []byte) {
+	// the AVX2 split writes the residues to a throwaway buffer
+	var tmp [4096]byte
+	for len(src) >= 2*len(tmp) {
+		splitBF16Y(tmp[:], syms[:len(tmp)], src[:2*len(tmp)])
+		syms, src = syms[len(tmp):], src[2*len(tmp):]
+	}
+	splitBF16Y(tmp[:len(src)/2], syms, src)
+}
+
+func mergeBF16Y(dst, r8, syms []byte) {
+	n := len(dst) / 2
+	m := n / 32
+	if m > 0 {
+		_, _, _ = dst[64*m-1], r8[32*m-1], syms[32*m-1]
+		mergeBF16AVX2(&dst[0], &r8[0], &syms[0], m)
+	}
+	mergeBF16Go(dst[64*m:], r8[32*m:], syms[32*m:])
+}

@@ -1,0 +1,76 @@
+package codec
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/zipccl/zipccl/backend/codec/zip3"
+	"github.com/zipccl/zipccl/backend/dtype"
+)
+
+// TestSplitKernels checks every split/merge kernel set against the portable
+// one, byte for byte, and runs the huff round trip with each.
+func TestSplitKernels(t *testing.T) {
+	defer useSplitKernels(bestSplit())
+	for _, n := range []int{0, 1, 31, 32, 63, 64, 65, 1000, 4097} {
+		src := randomBytes(2*n, uint64(n))
+		useSplitKernels("go")
+		r1, s1 := make([]byte, n), make([]byte, n)
+		splitBF16(r1, s1, src)
+		for _, k := range splitKernels() {
+			useSplitKernels(k)
+			r2, s2, s3 := make([]byte, n), make([]byte, n), make([]byte, n)
+			splitBF16(r2, s2, src)
+			symsBF16(s3, src)
+			out := make([]byte, 2*n)
+			mergeBF16(out, r2, s2)
+			if !bytes.Equal(r1, r2) || !bytes.Equal(s1, s2) || !bytes.Equal(s1, s3) || !bytes.Equal(out, src) {
+				t.Fatalf("kernel %s n=%d differs", k, n)
+			}
+			roundTrip(t, gauss(dtype.BFloat16, 3*n+5, 0.1, 1), dtype.BFloat16, Huff)
+		}
+	}
+}
+
+// TestKernelsSameFrames encodes with every zip3 kernel set and every
+// split/merge kernel set and requires byte-identical frames that decode
+// with every other set.
+func TestKernelsSameFrames(t *testing.T) {
+	defer useSplitKernels(bestSplit())
+	inputs := []struct {
+		dt  dtype.DType
+		src []byte
+	}{
+		{dtype.BFloat16, gauss(dtype.BFloat16, 70001, 0.02, 1)},
+		{dtype.BFloat16, specials(dtype.BFloat16, 20000, 2)},
+		{dtype.Float32, gauss(dtype.Float32, 40001, 3, 3)},
+		{dtype.Float16, gauss(dtype.Float16, 30001, 0.5, 4)},
+	}
+	for _, in := range inputs {
+		for _, k := range []Kind{Zip3, Huff} {
+			var ref []byte
+			for _, zk := range zip3.Kernels() {
+				for _, sk := range splitKernels() {
+					restore := zip3.UseKernel(zk)
+					useSplitKernels(sk)
+					var e Encoder
+					f, err := e.Encode(nil, in.src, in.dt, k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ref == nil {
+						ref = f
+					} else if !bytes.Equal(ref, f) {
+						t.Fatalf("%v/%v: kernels %s/%s encode differently", in.dt, k, zk, sk)
+					}
+					out := make([]byte, len(in.src))
+					var d Decoder
+					if _, err := d.Decode(out, ref); err != nil || !bytes.Equal(out, in.src) {
+						t.Fatalf("%v/%v: kernels %s/%s: %v", in.dt, k, zk, sk, err)
+					}
+					restore()
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,181 @@
+//go:build !purego
+
+package zip3
+
+import (
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
+)
+
+//go:noescape
+func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
+
+//go:noescape
+func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups int, base, zero uint8) int
+
+//go:noescape
+func decodeBF16AVX2(dst, r8, planes *byte, plen int, esc *byte, nesc, groups int, tbl *[16]byte, base, zero uint8) int
+
+//go:noescape
+func decodeBF16AVX512(dst, r8, planes *byte, plen int, esc *byte, nesc, pairs int, tbl *[16]byte, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
+
+// HasAVX512 reports whether the AVX-512 kernels can run on this CPU.
+var HasAVX512 = cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512VBMI, cpuid.AVX512VBMI2, cpuid.POPCNT, cpuid.VPCLMULQDQ)
+
+// HasAVX2 reports whether the AVX2 kernels can run on this CPU.
+var HasAVX2 = cpuid.CPU.Supports(cpuid.AVX2, cpuid.POPCNT)
+
+func init() {
+	switch {
+	case HasAVX512:
+		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX512Go, decodeBF16AVX512Go, "avx512"
+	case HasAVX2:
+		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX2Go, decodeBF16AVX2Go, "avx2"
+	}
+}
+
+// Kernels lists the bf16 kernel sets usable on this CPU, fastest first
+// ("go" is always last). UseKernel selects one.
+func Kernels() []string {
+	var k []string
+	if HasAVX512 {
+		k = append(k, "avx512")
+	}
+	if HasAVX2 {
+		k = append(k, "avx2")
+	}
+	return append(k, "go")
+}
+
+// UseKernel selects a kernel set by name (see Kernels) and returns a function
+// restoring the previous one. It is meant for tests and benchmarks.
+func UseKernel(name string) (restore func()) {
+	e, d, n := encodeBF16Kernel, decodeBF16Kernel, KernelName
+	switch {
+	case name == "avx512" && HasAVX512:
+		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX512Go, decodeBF16AVX512Go, "avx512"
+	case name == "avx2" && HasAVX2:
+		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX2Go, decodeBF16AVX2Go, "avx2"
+	default:
+		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16Go, decodeBF16GoK, "go"
+	}
+	return func() { encodeBF16Kernel, decodeBF16Kernel, KernelName = e, d, n }
+}
+
+func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32) ([]byte, uint32) {
+	if groups > 0 {
+		crc = crc32c.Update(crc, src[:64*groups])
+		_ = src[64*groups-1]
+		_ = r8[32*groups-1]
+		_ = planes[2*plen+4*groups-1]
+		esc = growEsc(esc, 32*groups+64)
+		n := encodeBF16AVX2(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], groups, base, b2u(zero))
+		esc = esc[:len(esc)+n]
+	}
+	return esc, crc
+}
+
+func decodeBF16AVX2Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32) (int, uint32) {
+	if groups == 0 {
+		return 0, crc
+	}
+	_ = dst[64*groups-1]
+	_ = r8[32*groups-1]
+	_ = planes[2*plen+4*groups-1]
+	pad := sc.padded(esc)
+	var tbl [16]byte
+	copy(tbl[:], expOf[:])
+	k := decodeBF16AVX2(&dst[0], &r8[0], &planes[0], plen, &pad[0], len(esc), groups, &tbl, w.Base, b2u(w.Mode == ModeZero))
+	if k < 0 {
+		return -1, 0
+	}
+	return k, crc32c.Update(crc, dst[:64*groups])
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// foldK holds the CRC fold constants of the AVX-512 kernels.
+var foldK = func() (k [10]uint64) {
+	for i, d := range []int{1024, 512, 384, 256, 128} {
+		c := crc32c.FoldK(d)
+		k[2*i], k[2*i+1] = c[0], c[1]
+	}
+	return
+}()
+
+func encodeBF16AVX512Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32) ([]byte, uint32) {
+	pairs := groups / 2
+	if pairs > 0 {
+		_ = src[128*pairs-1]
+		_ = r8[64*pairs-1]
+		_ = planes[2*plen+8*pairs-1]
+		esc = growEsc(esc, 64*pairs+64)
+		var f [16]byte
+		n := encodeBF16AVX512(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], pairs, base, b2u(zero), ^crc, &foldK, &f)
+		esc = esc[:len(esc)+n]
+		crc = crc32c.FromFold(&f)
+	}
+	if groups%2 == 1 {
+		g := groups - 1
+		esc, crc = encodeBF16Go(r8[32*g:], planes[4*g:], plen, esc, src[64*g:], 1, base, zero, crc)
+	}
+	return esc, crc
+}
+
+func growEsc(b []byte, n int) []byte {
+	if cap(b)-len(b) < n {
+		nb := make([]byte, len(b), 2*cap(b)+n)
+		copy(nb, b)
+		return nb
+	}
+	return b
+}
+
+func decodeBF16AVX512Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32) (int, uint32) {
+	pairs := groups / 2
+	k := 0
+	if pairs > 0 {
+		_ = dst[128*pairs-1]
+		_ = r8[64*pairs-1]
+		_ = planes[2*plen+8*pairs-1]
+		pad := sc.padded(esc)
+		var tbl [16]byte
+		copy(tbl[:], expOf[:])
+		var f [16]byte
+		k = decodeBF16AVX512(&dst[0], &r8[0], &planes[0], plen, &pad[0], len(esc), pairs, &tbl, w.Base, b2u(w.Mode == ModeZero), ^crc, &foldK, &f)
+		if k < 0 {
+			return -1, 0
+		}
+		crc = crc32c.FromFold(&f)
+	}
+	if groups%2 == 1 {
+		g := groups - 1
+		k2, c := decodeBF16GoK(dst[64*g:], r8[32*g:], planes[4*g:], plen, esc[k:], 1, expOf, codeOf, w, sc, crc)
+		if k2 < 0 {
+			return -1, 0
+		}
+		k += k2
+		crc = c
+	}
+	return k, crc
+}
+
+//go:noescape
+func prefetchLines(base *byte, pos *[SampleSize]int32, scale int)
+
+// PrefetchSample starts loading the cache lines ChooseWindow will read for
+// a full block at src, so that choosing the next block's window does not
+// wait on memory. It reads nothing and has no effect on results.
+func PrefetchSample(f Format, src []byte) {
+	size := f.ElemSize()
+	if len(src) < fullN*size {
+		return
+	}
+	prefetchLines(&src[0], &fullPos, size)
+}

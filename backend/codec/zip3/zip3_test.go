@@ -1,0 +1,131 @@
+package zip3
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
+)
+
+func gaussBF16(n int, sigma float64, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		v := math.Float32bits(float32(r.NormFloat64() * sigma))
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(v>>16))
+	}
+	return b
+}
+
+func randBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 2))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func roundTrip(t *testing.T, f Format, src []byte) (int, int) {
+	t.Helper()
+	var e Encoder
+	var d Decoder
+	n := len(src) / f.ElemSize()
+	w := ChooseWindow(f, src, n)
+	st := make([]byte, StaticLen(f, n))
+	for i := range st {
+		st[i] = 0xAA // encoder must overwrite everything
+	}
+	esc, cnt, crc := e.EncodeBlock(st, nil, src, f, w)
+	if cnt != len(esc) || crc != crc32c.Checksum(src) {
+		t.Fatalf("count %d len %d crc %x", cnt, len(esc), crc)
+	}
+	out := make([]byte, len(src))
+	if c, err := d.DecodeBlock(out, st, esc, f, w); err != nil || c != crc {
+		t.Fatalf("%v n=%d: %v (crc %x want %x)", f, n, err, c, crc)
+	}
+	if !bytes.Equal(out, src) {
+		t.Fatalf("%v n=%d: mismatch", f, n)
+	}
+	return len(st), cnt
+}
+
+func TestRoundTripAll(t *testing.T) {
+	for _, f := range []Format{BF16, FP32, FP16, E5M2, E4M3} {
+		for _, n := range []int{1, 2, 31, 32, 33, 127, 128, 129, 1000, 4096, 16384} {
+			roundTrip(t, f, randBytes(n*f.ElemSize(), uint64(n)))
+		}
+	}
+	for _, sigma := range []float64{1e-4, 0.02, 1, 1e3} {
+		st, cnt := roundTrip(t, BF16, gaussBF16(16384, sigma, 7))
+		ratio := 32768.0 / float64(st+cnt)
+		t.Logf("sigma %g: escapes %d (%.2f%%) ratio %.4f", sigma, cnt, 100*float64(cnt)/16384, ratio)
+		if ratio < 1.42 {
+			t.Errorf("ratio %.4f", ratio)
+		}
+	}
+}
+
+func zeroHeavy(n int, seed uint64) []byte {
+	b := gaussBF16(n, 0.01, seed)
+	for i := 0; i < n; i += 3 {
+		b[2*i], b[2*i+1] = 0, 0
+	}
+	return b
+}
+
+// TestPortableMatchesKernel checks that the active (SIMD) kernels and the
+// portable ones produce the same bytes and decode each other's output.
+func TestPortableMatchesKernel(t *testing.T) {
+	t.Logf("kernel: %s", KernelName)
+	inputs := [][]byte{
+		gaussBF16(16384, 0.3, 3), gaussBF16(16384+77, 1e-3, 4), gaussBF16(100, 5, 5),
+		zeroHeavy(16384, 6), zeroHeavy(4000, 7), randBytes(2*16384, 8), randBytes(2*333, 9),
+		make([]byte, 2*16384),
+	}
+	for ii, src := range inputs {
+		n := len(src) / 2
+		w := ChooseWindow(BF16, src, n)
+		var e Encoder
+		restore := UsePortable()
+		st1 := make([]byte, StaticLen(BF16, n))
+		esc1, _, crc1 := e.EncodeBlock(st1, nil, src, BF16, w)
+		restore()
+		for _, kn := range Kernels() {
+			restore := UseKernel(kn)
+			st2 := make([]byte, StaticLen(BF16, n))
+			esc2, _, crc2 := e.EncodeBlock(st2, nil, src, BF16, w)
+			restore()
+			if !bytes.Equal(st1, st2) || !bytes.Equal(esc1, esc2) || crc1 != crc2 || crc1 != crc32c.Checksum(src) {
+				t.Fatalf("input %d (window %+v): kernel %s output differs from portable", ii, w, kn)
+			}
+		}
+		for _, kn := range Kernels() {
+			portable := kn
+			restore := UseKernel(kn)
+			var d Decoder
+			out := make([]byte, len(src))
+			if c, err := d.DecodeBlock(out, st1, esc1, BF16, w); err != nil || !bytes.Equal(out, src) || c != crc1 {
+				t.Fatalf("input %d kernel=%s: %v", ii, portable, err)
+			}
+			// missing, extra and non-canonical escapes are rejected
+			if len(esc1) > 0 {
+				if _, err := d.DecodeBlock(out, st1, esc1[:len(esc1)-1], BF16, w); err == nil {
+					t.Fatalf("input %d kernel=%s: short escape list accepted", ii, portable)
+				}
+				bad := append([]byte{}, esc1...)
+				bad[len(bad)/2] = w.Base + 1
+				if _, err := d.DecodeBlock(out, st1, bad, BF16, w); err == nil {
+					t.Fatalf("input %d kernel=%s: non-canonical escape accepted", ii, portable)
+				}
+			}
+			if _, err := d.DecodeBlock(out, st1, append(append([]byte{}, esc1...), 200), BF16, w); err == nil {
+				t.Fatalf("input %d kernel=%s: extra escape accepted", ii, portable)
+			}
+			restore()
+		}
+	}
+}
