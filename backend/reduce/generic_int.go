@@ -3,9 +3,9 @@ package reduce
 // Portable integer and bool kernels. Go's integer arithmetic wraps, which is
 // the two's-complement behaviour torch (and NCCL) produce.
 
-type integer interface {
-	~int8 | ~uint8 | ~int16 | ~int32 | ~int64
-}
+import "golang.org/x/exp/constraints"
+
+type integer = constraints.Integer
 
 func sumInt[T integer](dst, a, b []byte) {
 	d, x, y := views[T](dst, a, b)
