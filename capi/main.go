@@ -8,7 +8,8 @@ package main
 /*
 #include <stdlib.h>
 #include <string.h>
-#include "zipccl_abi.h"
+#cgo CFLAGS: -I${SRCDIR}
+#include <zipccl_abi.h>
 */
 import "C"
 

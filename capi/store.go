@@ -2,7 +2,8 @@ package main
 
 /*
 #include <stdlib.h>
-#include "zipccl_abi.h"
+#cgo CFLAGS: -I${SRCDIR}
+#include <zipccl_abi.h>
 
 // cgo cannot call C function pointers directly.
 static int32_t zc_call_store_set(zc_store_set_fn f, uintptr_t s, const char* k,

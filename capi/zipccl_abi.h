@@ -176,6 +176,80 @@ typedef int32_t (*zc_poll_fn)(int64_t timeout_ms, zc_completion* out);
  * features, GPUs, NCCL); returns the length needed. */
 typedef int32_t (*zc_info_fn)(char* buf, int32_t cap);
 
+/*
+ * Codec (backend/codec): lossless compression of one tensor into the tensor
+ * container of docs/FORMAT.md section 7 (dtype + shape + one frame). These
+ * functions need no communicator. All pointers are caller-owned and used
+ * only during the call; nothing is kept. Errors: ZC_ERR_INVALID with the
+ * codec's message (bad argument, or corrupt/truncated/unsupported input),
+ * ZC_ERR_INTERNAL for a recovered panic.
+ */
+
+/* Codec kinds (match backend/codec.Kind). */
+enum {
+  ZC_CODEC_RAW = 0,
+  ZC_CODEC_ZIP3 = 1,
+  ZC_CODEC_HUFF = 2,
+  ZC_CODEC_AUTO = 255
+};
+
+#define ZC_CODEC_MAX_DIMS 64
+
+/* A parsed tensor container header. */
+typedef struct {
+  int32_t dtype;       /* ZC_FLOAT32 ... */
+  int32_t kind;        /* kind of the frame: ZC_CODEC_RAW, _ZIP3 or _HUFF */
+  int32_t ndim;        /* 0 .. ZC_CODEC_MAX_DIMS */
+  int32_t reserved;
+  int64_t numel;
+  int64_t raw_len;     /* decoded bytes: numel * element size */
+  int64_t total_len;   /* bytes of the whole container (header + frame) */
+  int64_t shape[ZC_CODEC_MAX_DIMS];
+} zc_codec_header;
+
+/* The capacity to give zc_codec_encode_tensor for a tensor of this dtype,
+ * shape and requested kind (the result is never longer; the extra room lets
+ * the encoder work in place). -1 for an invalid dtype, kind or shape. */
+typedef int64_t (*zc_codec_max_len_fn)(int32_t dtype, const int64_t* shape,
+                                       int32_t ndim, int32_t kind);
+/* Encodes src (nbytes = numel * element size, contiguous) as a tensor
+ * container into dst[0..cap). On ZC_OK *out_len is the container length and
+ * *used_kind the frame's kind (auto resolved; raw for uncoded dtypes or when
+ * coding would not shrink the data). When cap is too small the result is
+ * ZC_ERR_INVALID with *out_len set to the length needed. */
+typedef int32_t (*zc_codec_encode_tensor_fn)(
+    const void* src, int64_t nbytes, int32_t dtype, const int64_t* shape,
+    int32_t ndim, int32_t kind, void* dst, int64_t cap, int64_t* out_len,
+    int32_t* used_kind, char* err, int32_t errlen);
+/* Parses and checks the container's header and its frame header, and that
+ * src holds exactly the whole container (no more, no less). Decodes nothing. */
+typedef int32_t (*zc_codec_decode_header_fn)(const void* src, int64_t len,
+                                             zc_codec_header* out, char* err,
+                                             int32_t errlen);
+/* Decodes the container src into dst, whose length must be the header's
+ * raw_len. Every check of docs/FORMAT.md section 8 is made, CRCs included;
+ * on error dst may hold partial output. */
+typedef int32_t (*zc_codec_decode_tensor_fn)(const void* src, int64_t len,
+                                             void* dst, int64_t dst_len,
+                                             char* err, int32_t errlen);
+/* Sampled estimate (at most 4096 elements) of the ratio raw / frame length
+ * that kind would reach on src; *chosen_kind is the kind it estimated (auto
+ * resolved). */
+typedef int32_t (*zc_codec_estimate_fn)(const void* src, int64_t nbytes,
+                                        int32_t dtype, int32_t kind,
+                                        double* ratio, int32_t* chosen_kind,
+                                        char* err, int32_t errlen);
+/* Runs backend/codec/codecbench on src (nbytes of dtype): memcpy, each codec
+ * kind, huff0 and zstd on the same buffer. options_json (may be NULL):
+ * {"kinds": ["raw","zip3","huff","auto"], "rounds": 5, "min_time_ms": 50,
+ *  "skip_external": false}. Writes the JSON array of rows (NUL-terminated)
+ * into out when it fits and returns its length; a length >= cap means it
+ * did not fit. Returns -1 on error with a message in err. */
+typedef int64_t (*zc_codec_bench_fn)(const void* src, int64_t nbytes,
+                                     int32_t dtype, const char* options_json,
+                                     char* out, int64_t cap, char* err,
+                                     int32_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,17 @@ A task is a module-level function ``fn(ctx, *args)`` run on every rank;
 ``ctx`` carries the rank, the world size and the groups. Results come back as
 a list indexed by rank; an exception on any rank fails the call with every
 rank's traceback.
+
+Three ways to run ranks:
+
+* ``Pool(world_size)``: long-lived ranks with a zipccl default group and a
+  gloo group (``ctx.gloo``) over the same ranks. tests/conftest.py caches one
+  per world size for the whole session (fixture ``pools``).
+* ``spawn(world_size, fn, *args)``: fresh processes running
+  ``fn(rank, world_size, *args)``, for tests that break groups or kill ranks.
+* ``launch(code, world_size)``: fresh ``python3 -c code`` subprocesses, one
+  per rank, with RANK/WORLD_SIZE/MASTER_* in the environment, returning each
+  rank's exit status, stdout and stderr (logs, signals, network namespaces).
 """
 
 from __future__ import annotations
@@ -16,11 +27,21 @@ import multiprocessing as mp
 import os
 import queue
 import socket
+import subprocess
+import sys
 import tempfile
+import textwrap
+import time
 import traceback
 from typing import Any, Callable
 
 _SPAWN = mp.get_context("spawn")
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Every rank process (pool, spawn, launch) runs with one intra-op thread: the
+# CI box has 2 cores shared by up to 4 ranks.
+RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def free_port() -> int:
@@ -42,9 +63,21 @@ class TaskError(AssertionError):
     pass
 
 
-def _worker(rank: int, world_size: int, port: int, backend: str, env: dict, tasks, results, timeout_s: float) -> None:
+def _setup_rank(env: dict, rank: int, world_size: int, port: int) -> None:
+    os.environ.update(RANK_ENV)
     os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    import warnings
+
+    import torch
+
+    torch.set_num_threads(1)
+    # Deprecated-but-tested APIs (all_gather_coalesced, ...) warn each call.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def _worker(rank: int, world_size: int, port: int, backend: str, env: dict, tasks, results, timeout_s: float) -> None:
+    _setup_rank(env, rank, world_size, port)
     import torch.distributed as dist
 
     import zipccl  # noqa: F401  (registers the backend)
@@ -74,13 +107,35 @@ def _worker(rank: int, world_size: int, port: int, backend: str, env: dict, task
         dist.destroy_process_group()
     except Exception:
         pass
+    # Skip the interpreter's slow teardown (seconds per rank with torch
+    # loaded); clean exits are tested on their own (test_observability.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _health(ctx) -> float:
+    import torch
+    import torch.distributed as dist
+
+    opts = dist.AllreduceOptions()
+    opts.timeout = datetime.timedelta(seconds=20)
+    t = torch.ones(1)
+    dist.distributed_c10d._get_default_group().allreduce([t], opts).wait()
+    return t.item()
 
 
 class Pool:
-    """world_size spawned ranks sharing one process group."""
+    """world_size spawned ranks sharing one process group.
+
+    A task that does not come back in time (a hang) kills the pool: ``broken``
+    is then True and the session fixture replaces it for the next test.
+    """
 
     def __init__(self, world_size: int, backend: str = "zipccl", env: dict | None = None, timeout_s: float = 60.0):
         self.world_size = world_size
+        self.broken = False
+        self.suspect = False
         self.results = _SPAWN.Queue()
         self.tasks = [_SPAWN.Queue() for _ in range(world_size)]
         port = free_port()
@@ -100,10 +155,17 @@ class Pool:
         out: list[Any] = [None] * self.world_size
         errors = {}
         pending = set(range(self.world_size))
+        deadline = time.monotonic() + timeout
         while pending:
             try:
-                rank, status, value = self.results.get(timeout=timeout)
+                rank, status, value = self.results.get(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
             except queue.Empty:
+                dead = {r: self.procs[r].exitcode for r in pending if not self.procs[r].is_alive()}
+                if dead and self.results.empty():
+                    self.close(force=True)
+                    raise TaskError(f"{what}: ranks died (exit codes {dead}) without answering")
+                if time.monotonic() < deadline:
+                    continue
                 self.close(force=True)
                 raise TaskError(f"{what}: ranks {sorted(pending)} did not answer within {timeout}s (hang)")
             pending.discard(rank)
@@ -112,11 +174,31 @@ class Pool:
             else:
                 out[rank] = value
         if errors:
+            # The other ranks may have been left in a collective: check the
+            # group before the next task (Pools.get does).
+            self.suspect = True
             msg = "\n".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items()))
             raise TaskError(f"{what} failed on ranks {sorted(errors)}:\n{msg}")
         return out
 
+    def healthy(self) -> bool:
+        """After a failed task: whether the ranks are idle and the group
+        still works (else the pool should be replaced)."""
+        if self.broken or not self.alive():
+            return False
+        if not self.suspect:
+            return True
+        try:
+            out = self.run(_health, timeout=90)
+        except TaskError:
+            return False
+        self.suspect = False
+        return out == [float(self.world_size)] * self.world_size
+
     def run(self, fn: Callable, *args: Any, timeout: float = 120) -> list:
+        """Runs fn(ctx, *args) on every rank; returns the results by rank."""
+        if self.broken or not self.alive():
+            raise TaskError(f"{fn.__name__}: the pool of {self.world_size} ranks is no longer usable")
         for q in self.tasks:
             q.put((fn, args))
         return self._collect(fn.__name__, timeout)
@@ -125,11 +207,24 @@ class Pool:
         return all(p.is_alive() for p in self.procs)
 
     def close(self, force: bool = False) -> None:
-        if not force:
+        self.begin_close(force)
+        self.finish_close()
+
+    def begin_close(self, force: bool = False) -> None:
+        """Asks the ranks to leave (or kills them when force)."""
+        if force:
+            self.broken = True
+            for p in self.procs:
+                if p.is_alive():
+                    p.kill()
+        else:
             for q in self.tasks:
                 q.put(None)
-            for p in self.procs:
-                p.join(timeout=30)
+
+    def finish_close(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            p.join(timeout=max(0.1, deadline - time.monotonic()))
         for p in self.procs:
             if p.is_alive():
                 p.kill()
@@ -137,8 +232,7 @@ class Pool:
 
 
 def _one_shot(rank: int, world_size: int, port: int, fn, args, env: dict, results) -> None:
-    os.environ.update(env)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    _setup_rank(env, rank, world_size, port)
     try:
         results.put((rank, "ok", fn(rank, world_size, *args)))
     except BaseException:
@@ -147,23 +241,38 @@ def _one_shot(rank: int, world_size: int, port: int, fn, args, env: dict, result
 
 def spawn(world_size: int, fn: Callable, *args: Any, env: dict | None = None, timeout: float = 120) -> list:
     """Runs fn(rank, world_size, *args) in fresh spawned processes (for tests
-    that break their group, kill ranks, or set up their own)."""
+    that break their group, kill ranks, or set up their own). A rank may
+    return without answering only by dying; its slot is then None and the
+    others' results still come back."""
     results = _SPAWN.Queue()
     port = free_port()
     procs = [
-        _SPAWN.Process(target=_one_shot, args=(r, world_size, port, fn, args, dict(env or {}), results), daemon=True)
+        # Not daemonic: a rank may start children of its own (DataLoader workers).
+        _SPAWN.Process(target=_one_shot, args=(r, world_size, port, fn, args, dict(env or {}), results), daemon=False)
         for r in range(world_size)
     ]
     for p in procs:
         p.start()
     out: list[Any] = [None] * world_size
     errors = {}
+    pending = set(range(world_size))
+    deadline = time.monotonic() + timeout
     try:
-        for _ in range(world_size):
+        while pending:
             try:
-                rank, status, value = results.get(timeout=timeout)
+                rank, status, value = results.get(timeout=1.0)
             except queue.Empty:
-                raise TaskError(f"{fn.__name__}: not every rank answered within {timeout}s (hang)")
+                # A rank that died (killed on purpose) never answers.
+                dead = {r for r in pending if not procs[r].is_alive() and procs[r].exitcode is not None}
+                if dead and results.empty():
+                    time.sleep(0.2)
+                    if results.empty():
+                        pending -= dead
+                        continue
+                if time.monotonic() > deadline:
+                    raise TaskError(f"{fn.__name__}: ranks {sorted(pending)} did not answer within {timeout}s (hang)")
+                continue
+            pending.discard(rank)
             if status == "error":
                 errors[rank] = value
             else:
@@ -177,6 +286,54 @@ def spawn(world_size: int, fn: Callable, *args: Any, env: dict | None = None, ti
     if errors:
         msg = "\n".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items()))
         raise TaskError(f"{fn.__name__} failed on ranks {sorted(errors)}:\n{msg}")
+    return out
+
+
+@dataclasses.dataclass
+class RankResult:
+    rank: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def launch(
+    code: str,
+    world_size: int,
+    env: dict | None = None,
+    rank_env: Callable[[int], dict] | None = None,
+    prefix: Callable[[int], list[str]] | None = None,
+    timeout: float = 120,
+    master_addr: str = "127.0.0.1",
+) -> list[RankResult]:
+    """Runs ``python3 -c code`` once per rank (env:// rendezvous variables
+    set) and returns every rank's exit status and output. prefix(rank) is
+    put before the interpreter (e.g. ``ip netns exec ns0``). A rank still
+    running at the timeout is killed (returncode -9)."""
+    port = free_port()
+    procs = []
+    for r in range(world_size):
+        e = dict(os.environ)
+        e.update(RANK_ENV)
+        e["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        e.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(world_size))
+        e.update(env or {})
+        if rank_env:
+            e.update(rank_env(r))
+        argv = (prefix(r) if prefix else []) + [sys.executable, "-c", textwrap.dedent(code)]
+        procs.append(
+            subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        )
+    out = []
+    deadline = time.monotonic() + timeout
+    for r, p in enumerate(procs):
+        try:
+            stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+            stderr += f"\n[harness] rank {r} killed after the {timeout}s timeout (hang)"
+        out.append(RankResult(r, p.returncode, stdout, stderr))
     return out
 
 

@@ -11,6 +11,7 @@
 #endif
 
 #include "backend.hpp"
+#include "codec.hpp"
 #include "runtime.hpp"
 
 namespace py = pybind11;
@@ -86,6 +87,9 @@ PYBIND11_MODULE(_C, m) {
       &stats,
       py::arg("backend"),
       py::call_guard<py::gil_scoped_release>());
+
+  // zipccl.codec: compress/decompress tensors, no process group involved.
+  bindCodec(m);
 
   // Registered so that Python sees the concrete type, and so that torch's
   // new_group() finds perform_nocolor_split() on a split source: zipccl

@@ -34,6 +34,16 @@ std::atomic<bool> gForked{false};
 std::atomic<bool> gExiting{false};
 std::atomic<uint64_t> gNextTicket{1};
 
+// Held by the completion thread while it completes a work and drops its
+// reference, and taken by markExiting() before it sets gExiting. Completing
+// a work may take the GIL (Python .then() callbacks; freeing a tensor whose
+// PyObject C++ keeps alive). A thread that asks for the GIL once Python is
+// finalizing is ended with pthread_exit, whose forced unwinding through a
+// noexcept destructor calls std::terminate: the process aborts at exit. With
+// this lock, markExiting() (Python's atexit, which runs before finalization)
+// waits for a completion in progress, and later ones are leaked instead.
+std::mutex gCompletionMu;
+
 // Written once under gLoadMu, then only read; gApiReady publishes it.
 Api gApi{};
 std::atomic<bool> gApiReady{false};
@@ -63,6 +73,16 @@ c10::intrusive_ptr<ZipcclWork> take(uint64_t ticket) {
   return work;
 }
 
+// Leaks works (never completes them) once the interpreter exits; see
+// gCompletionMu. Call with gCompletionMu held.
+void abandonAtExit(std::unordered_map<uint64_t, c10::intrusive_ptr<ZipcclWork>>& works) {
+  for (auto& [ticket, work] : works) {
+    (void)ticket;
+    (void)work.release();
+  }
+  works.clear();
+}
+
 void failAll(const std::string& message) {
   std::unordered_map<uint64_t, c10::intrusive_ptr<ZipcclWork>> works;
   {
@@ -70,10 +90,16 @@ void failAll(const std::string& message) {
     std::lock_guard<std::mutex> lock(r.mu);
     works.swap(r.works);
   }
+  std::lock_guard<std::mutex> lock(gCompletionMu);
+  if (gExiting.load()) {
+    abandonAtExit(works);
+    return;
+  }
   for (auto& [ticket, work] : works) {
     (void)ticket;
     work->partDone(ZC_ERR_CLOSED, -1, message.c_str());
   }
+  works.clear(); // the last references may go here, under the lock
 }
 
 void onForkChild() {
@@ -112,12 +138,18 @@ void completionLoop() {
     if (!work) {
       continue; // not ours (already failed, or a stray ticket)
     }
+    std::lock_guard<std::mutex> lock(gCompletionMu);
+    if (gExiting.load()) {
+      (void)work.release(); // leaked: see gCompletionMu
+      continue;
+    }
     try {
       work->partDone(
           completion->status, completion->source, completion->message);
     } catch (const std::exception& e) {
       TORCH_WARN("zipccl: completing ticket ", completion->ticket, ": ", e.what());
     }
+    work.reset(); // possibly the last reference: dropped under the lock
   }
 }
 
@@ -341,6 +373,12 @@ void loadLibrary(const std::string& path) {
   resolve(lib, "zc_comm_stats", a.comm_stats, path);
   resolve(lib, "zc_poll", a.poll, path);
   resolve(lib, "zc_info", a.info, path);
+  resolve(lib, "zc_codec_max_len", a.codec_max_len, path);
+  resolve(lib, "zc_codec_encode_tensor", a.codec_encode_tensor, path);
+  resolve(lib, "zc_codec_decode_header", a.codec_decode_header, path);
+  resolve(lib, "zc_codec_decode_tensor", a.codec_decode_tensor, path);
+  resolve(lib, "zc_codec_estimate", a.codec_estimate, path);
+  resolve(lib, "zc_codec_bench", a.codec_bench, path);
   int32_t version = a.init(&storeSet, &storeGet);
   TORCH_CHECK(
       version == ZC_ABI_VERSION,
@@ -380,6 +418,10 @@ void checkNotForked() {
 }
 
 void markExiting() {
+  // Called by Python's atexit with the GIL held: release it so that a
+  // completion in progress that needs it can finish, then wait for it.
+  GilRelease nogil;
+  std::lock_guard<std::mutex> lock(gCompletionMu);
   gExiting.store(true);
 }
 

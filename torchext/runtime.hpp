@@ -24,6 +24,13 @@ struct Api {
   zc_comm_stats_fn comm_stats;
   zc_poll_fn poll;
   zc_info_fn info;
+  // The codec (codec.cpp): no communicator needed.
+  zc_codec_max_len_fn codec_max_len;
+  zc_codec_encode_tensor_fn codec_encode_tensor;
+  zc_codec_decode_header_fn codec_decode_header;
+  zc_codec_decode_tensor_fn codec_decode_tensor;
+  zc_codec_estimate_fn codec_estimate;
+  zc_codec_bench_fn codec_bench;
 };
 
 // Loads libzipccl.so from path once per process: dlopen(RTLD_NOW|RTLD_LOCAL),

@@ -5,55 +5,45 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/zipccl/zipccl/backend/transport"
 )
 
 // The agreement check makes every rank learn whether all ranks called the
 // same op, so a mismatch fails the op on every rank with a message naming
-// both sides, never a hang. It is a dissemination all-reduce of
-// (smallest descriptor, its rank, largest descriptor, its rank): in round r
-// each rank sends to rank+2^r and receives from rank-2^r, so after
-// ceil(log2 N) rounds every rank has folded in every rank's descriptor, and
-// the smallest equals the largest exactly when all agree. It runs alongside
-// the data movement, so it costs latency only on ops too small to hide it.
-// Barrier is this check alone.
+// both sides, never a hang. It folds (smallest descriptor, its rank,
+// largest descriptor, its rank) over the group; the smallest equals the
+// largest exactly when all agree. It runs alongside the data movement, so
+// it costs latency only on ops too small to hide it. Barrier is this check
+// alone. The same exchange carries each rank's compression-ratio estimates
+// for the op's data, folded to the group's minimum, which the switcher uses
+// for later ops.
 
-// checkSlot marks the check's messages (the top bit is reserved for the
-// engine).
-const checkSlot = 0x80000000
+// Reserved slots (the top bit is the engine's).
+const (
+	checkSlot = 0x80000000
+	probeSlot = 0x81000000
+)
 
-type vote struct {
-	desc transport.Desc
-	rank uint32
-}
-
-const voteLen = transport.DescLen + 4
-
-func (v *vote) put(b []byte) {
-	copy(b, v.desc[:])
-	binary.LittleEndian.PutUint32(b[transport.DescLen:], v.rank)
-}
-
-func (v *vote) get(b []byte) {
-	copy(v.desc[:], b)
-	v.rank = binary.LittleEndian.Uint32(b[transport.DescLen:])
-}
-
-func (c *Comm) agree(ctx context.Context, conn *opConn, mine descFields) error {
+// fold runs a dissemination all-reduce of a fixed-size record: in round r
+// each rank sends its record to rank+2^r and merges the one from rank-2^r
+// into its own. merge must be idempotent, commutative and associative (like
+// min and max), so the overlapping coverage of a group whose size is not a
+// power of two does not matter; after ceil(log2 N) rounds every rank holds
+// the fold over all ranks, bit for bit the same.
+func (c *Comm) fold(ctx context.Context, seq uint64, slot uint32, desc *transport.Desc, rec []byte, merge func(mine, theirs []byte)) error {
 	n, me := c.cfg.Size, c.cfg.Rank
-	lo := vote{desc: conn.desc, rank: uint32(me)}
-	hi := lo
-	var out, in [2 * voteLen]byte
+	out := make([]byte, len(rec))
+	in := make([]byte, len(rec))
 	for r, dist := 0, 1; dist < n; r, dist = r+1, dist*2 {
-		lo.put(out[:])
-		hi.put(out[voteLen:])
+		copy(out, rec)
 		to, from := (me+dist)%n, (me-dist+n)%n
-		key := transport.Key{Kind: transport.Coll, Seq: conn.seq, Slot: checkSlot | uint32(r)}
-		// The check messages carry the sender's descriptor but are not
-		// required to match ours: detecting that is their purpose.
-		pending := c.mesh.Post(from, key, in[:], nil)
-		if err := c.mesh.Send(ctx, to, key, &conn.desc, out[:]); err != nil {
+		key := transport.Key{Kind: transport.Coll, Seq: seq, Slot: slot | uint32(r)}
+		// The records carry the sender's descriptor but are not required
+		// to match ours: finding out is the check's purpose.
+		pending := c.mesh.Post(from, key, in, nil)
+		if err := c.mesh.Send(ctx, to, key, desc, out); err != nil {
 			done, stop := context.WithCancel(ctx)
 			stop()
 			pending.Wait(done) // withdraw the receive
@@ -62,19 +52,79 @@ func (c *Comm) agree(ctx context.Context, conn *opConn, mine descFields) error {
 		if _, err := pending.Wait(ctx); err != nil {
 			return &peerOpError{peer: from, err: err}
 		}
-		var l, h vote
-		l.get(in[:])
-		h.get(in[voteLen:])
-		if bytes.Compare(l.desc[:], lo.desc[:]) < 0 {
-			lo = l
-		}
-		if bytes.Compare(h.desc[:], hi.desc[:]) > 0 {
-			hi = h
-		}
+		merge(rec, in)
 	}
-	if lo.desc == hi.desc {
-		return nil
+	return nil
+}
+
+// The check's record: two votes, then the telemetry.
+const (
+	voteLen   = transport.DescLen + 4
+	teleLen   = 16
+	recordLen = 2*voteLen + teleLen
+)
+
+// telemetry is what each rank reports with every check.
+type telemetry struct {
+	// Estimated compression ratios of this op's data with zip3 and huff;
+	// 0 when not estimated. Folded to the minimum over the ranks that
+	// estimated.
+	zip3, huff float64
+}
+
+func putTelemetry(b []byte, t telemetry) {
+	binary.LittleEndian.PutUint64(b, math.Float64bits(t.zip3))
+	binary.LittleEndian.PutUint64(b[8:], math.Float64bits(t.huff))
+}
+
+func getTelemetry(b []byte) telemetry {
+	return telemetry{
+		zip3: math.Float64frombits(binary.LittleEndian.Uint64(b)),
+		huff: math.Float64frombits(binary.LittleEndian.Uint64(b[8:])),
 	}
-	return &mismatchError{msg: fmt.Sprintf("ranks disagree on the operation: rank %d called %s but rank %d called %s",
-		lo.rank, decodeDesc(lo.desc), hi.rank, decodeDesc(hi.desc))}
+}
+
+// minKnown folds two estimates, 0 meaning unknown.
+func minKnown(a, b float64) float64 {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+func mergeRecord(mine, theirs []byte) {
+	if bytes.Compare(theirs[:transport.DescLen], mine[:transport.DescLen]) < 0 {
+		copy(mine[:voteLen], theirs[:voteLen])
+	}
+	if bytes.Compare(theirs[voteLen:voteLen+transport.DescLen], mine[voteLen:voteLen+transport.DescLen]) > 0 {
+		copy(mine[voteLen:2*voteLen], theirs[voteLen:2*voteLen])
+	}
+	a, b := getTelemetry(mine[2*voteLen:]), getTelemetry(theirs[2*voteLen:])
+	putTelemetry(mine[2*voteLen:], telemetry{zip3: minKnown(a.zip3, b.zip3), huff: minKnown(a.huff, b.huff)})
+}
+
+// agree runs the check for one op and returns the group's telemetry.
+func (c *Comm) agree(ctx context.Context, conn *opConn, tele telemetry) (telemetry, error) {
+	rec := make([]byte, recordLen)
+	for _, off := range []int{0, voteLen} {
+		copy(rec[off:], conn.desc[:])
+		binary.LittleEndian.PutUint32(rec[off+transport.DescLen:], uint32(c.cfg.Rank))
+	}
+	putTelemetry(rec[2*voteLen:], tele)
+	if err := c.fold(ctx, conn.seq, checkSlot, &conn.desc, rec, mergeRecord); err != nil {
+		return telemetry{}, err
+	}
+	lo, hi := rec[:voteLen], rec[voteLen:2*voteLen]
+	if bytes.Equal(lo[:transport.DescLen], hi[:transport.DescLen]) {
+		return getTelemetry(rec[2*voteLen:]), nil
+	}
+	var dlo, dhi transport.Desc
+	copy(dlo[:], lo)
+	copy(dhi[:], hi)
+	return telemetry{}, &mismatchError{msg: fmt.Sprintf("ranks disagree on the operation: rank %d called %s but rank %d called %s",
+		binary.LittleEndian.Uint32(lo[transport.DescLen:]), decodeDesc(dlo),
+		binary.LittleEndian.Uint32(hi[transport.DescLen:]), decodeDesc(dhi))}
 }

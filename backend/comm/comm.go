@@ -10,6 +10,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/rendezvous"
+	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
 	"github.com/zipccl/zipccl/backend/zlog"
 )
@@ -49,14 +50,18 @@ type Comm struct {
 
 	sendQ map[int]*sendQueue // per-destination FIFO of sends
 
-	stats stats
+	z      compression                 // touched by the executor only
+	shared atomic.Pointer[compression] // a copy of z for point-to-point ops
+	stats  stats
 }
 
 type task struct {
-	op    *Op
-	seq   uint64
-	start time.Time
-	wire  atomic.Int64 // payload bytes this rank sent for the op
+	op       *Op
+	seq      uint64
+	start    time.Time
+	wire     atomic.Int64 // payload bytes this rank sent for the op
+	codecNs  atomic.Int64 // time spent coding and decoding
+	decision switcher.Decision
 }
 
 // New creates the communicator. It publishes this rank's address (and, on
@@ -73,11 +78,15 @@ func New(cfg Config) (*Comm, error) {
 	c.timeout.Store(int64(cfg.Timeout))
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.stats.init()
+	var err error
+	if c.z, err = configureCompression(cfg.Options); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
+	}
+	c.publish()
 
 	if cfg.Size > 1 {
 		ep := cfg.Endpoint
 		if ep == nil {
-			var err error
 			if ep, err = transport.Shared(); err != nil {
 				return nil, err
 			}
@@ -106,7 +115,7 @@ func New(cfg Config) (*Comm, error) {
 		c.mesh = m
 	}
 	go c.executor()
-	c.log.Infof("communicator created: rank %d of %d, timeout %v", cfg.Rank, cfg.Size, cfg.Timeout)
+	c.log.Infof("communicator created: rank %d of %d, timeout %v, compression %s", cfg.Rank, cfg.Size, cfg.Timeout, c.z.mode)
 	return c, nil
 }
 
@@ -155,7 +164,7 @@ func (c *Comm) Submit(op *Op) error {
 
 // complete delivers an op's outcome.
 func (c *Comm) complete(t *task, source int, err error) {
-	c.stats.record(t.op, t.wire.Load(), time.Since(t.start), err)
+	c.stats.record(t.op, t.wire.Load(), time.Since(t.start), time.Duration(t.codecNs.Load()), t.decision.Label(), err)
 	if err != nil {
 		c.log.Infof("%s failed: %v", t.op.Kind, err)
 	} else if zlog.Enabled(zlog.Trace) {

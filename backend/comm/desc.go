@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"hash/fnv"
 
+	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/reduce"
+	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
 )
 
@@ -16,7 +18,9 @@ import (
 //	0  kind u8
 //	1  dtype u8
 //	2  reduce op u8 (0xff when the op does not reduce)
-//	3  zero
+//	3  flags: bits 0-1 compression mode, bit 2 zcoll family, bit 3 coded
+//	   payloads, bits 4-5 codec kind (the switcher's decision, so that
+//	   ranks configured differently fail with a mismatch, not a hang)
 //	4  root i32 (-1 when the op has no root)
 //	8  count u64: elements that must be equal on every rank (0 if none)
 //	16 sizes u64: FNV-1a of per-rank element counts that must agree (0 if none)
@@ -27,6 +31,7 @@ type descFields struct {
 	kind   Kind
 	dt     dtype.DType
 	redop  uint8
+	flags  uint8
 	root   int32
 	count  uint64
 	layout uint64
@@ -37,6 +42,7 @@ func (f descFields) encode() transport.Desc {
 	d[0] = byte(f.kind)
 	d[1] = byte(f.dt)
 	d[2] = f.redop
+	d[3] = f.flags
 	binary.LittleEndian.PutUint32(d[4:], uint32(f.root))
 	binary.LittleEndian.PutUint64(d[8:], f.count)
 	binary.LittleEndian.PutUint64(d[16:], f.layout)
@@ -48,6 +54,7 @@ func decodeDesc(d transport.Desc) descFields {
 		kind:   Kind(d[0]),
 		dt:     dtype.DType(d[1]),
 		redop:  d[2],
+		flags:  d[3],
 		root:   int32(binary.LittleEndian.Uint32(d[4:])),
 		count:  binary.LittleEndian.Uint64(d[8:]),
 		layout: binary.LittleEndian.Uint64(d[16:]),
@@ -73,7 +80,33 @@ func (f descFields) String() string {
 	if f.root >= 0 {
 		s += fmt.Sprintf(", root %d", f.root)
 	}
+	if m := switcher.Mode(f.flags & 3); m != switcher.Auto {
+		s += ", compress=" + m.String()
+	}
+	switch {
+	case f.flags&flagCoded != 0:
+		s += ", coded " + codec.Kind(f.flags>>4&3).String()
+	case f.flags&flagZcoll != 0:
+		s += ", two-shot"
+	}
 	return s + ")"
+}
+
+const (
+	flagZcoll = 1 << 2
+	flagCoded = 1 << 3
+)
+
+// withDecision records the compression mode and the switcher's decision.
+func (f descFields) withDecision(mode switcher.Mode, d switcher.Decision) descFields {
+	f.flags = uint8(mode) & 3
+	if d.Zcoll {
+		f.flags |= flagZcoll
+	}
+	if d.Coded {
+		f.flags |= flagCoded | uint8(d.Kind&3)<<4
+	}
+	return f
 }
 
 func sizesHash(op *Op, bufs [][]byte) uint64 {

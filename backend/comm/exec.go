@@ -9,6 +9,7 @@ import (
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
+	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
 )
 
@@ -80,30 +81,59 @@ func (c *Comm) runCollective(t *task) error {
 	if c.cfg.Size == 1 {
 		return c.collErr(t, fields, runLocal(op))
 	}
-	conn := &opConn{c: c, t: t, seq: t.seq, desc: fields.encode()}
+	tele := c.estimate(op)
+	conn := &opConn{c: c, t: t, seq: t.seq}
+	if c.wantsProbe(op) {
+		// The first op that could be coded measures the group. It must
+		// not start probing before knowing every rank called the same
+		// op, so here the check runs first, on its own.
+		conn.desc = fields.withDecision(c.z.mode, switcher.Decision{}).encode()
+		agreed, err := c.agree(ctx, conn, tele)
+		if err != nil {
+			return c.collErr(t, fields, err)
+		}
+		c.learn(op.DType, agreed)
+		if err := c.probe(ctx, conn, op); err != nil {
+			return c.collErr(t, fields, err)
+		}
+		t.decision = c.decide(op)
+		fields = fields.withDecision(c.z.mode, t.decision)
+		conn.desc = fields.encode()
+		return c.collErr(t, fields, c.runAlgorithm(ctx, conn, op, t))
+	}
+	t.decision = c.decide(op)
+	fields = fields.withDecision(c.z.mode, t.decision)
+	conn.desc = fields.encode()
 	dataCtx, dataCancel := context.WithCancelCause(ctx)
 	defer dataCancel(nil)
-	checkErr := make(chan error, 1)
+	type checked struct {
+		tele telemetry
+		err  error
+	}
+	check := make(chan checked, 1)
 	go func() {
-		err := c.agree(ctx, conn, fields)
+		agreed, err := c.agree(ctx, conn, tele)
 		if err != nil {
 			dataCancel(err)
 		}
-		checkErr <- err
+		check <- checked{agreed, err}
 	}()
 	var dataErr error
 	if op.Kind != Barrier {
-		dataErr = c.runAlgorithm(dataCtx, conn, op)
+		dataErr = c.runAlgorithm(dataCtx, conn, op, t)
 	}
-	cerr := <-checkErr
+	res := <-check
+	if res.err == nil {
+		c.learn(op.DType, res.tele)
+	}
 	var mm *mismatchError
 	switch {
-	case errors.As(cerr, &mm):
-		return c.collErr(t, fields, cerr)
+	case errors.As(res.err, &mm):
+		return c.collErr(t, fields, res.err)
 	case dataErr != nil:
 		return c.collErr(t, fields, dataErr)
 	default:
-		return c.collErr(t, fields, cerr)
+		return c.collErr(t, fields, res.err)
 	}
 }
 
@@ -188,7 +218,7 @@ func runLocal(op *Op) error {
 // runAlgorithm maps an op to its algorithm, resolving AVG (sum, then divide
 // on the final values) and PREMUL_SUM (scale a private copy of the input,
 // then sum) so the algorithms only see plain reductions.
-func (c *Comm) runAlgorithm(ctx context.Context, conn collective.Conn, op *Op) error {
+func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) error {
 	a := collective.Args{DType: op.DType, Op: op.ReduceOp, Root: op.Root, In: op.In, Out: op.Out, Pool: c.pool}
 	switch op.ReduceOp {
 	case reduce.Avg:
@@ -200,6 +230,23 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn collective.Conn, op *Op) e
 			defer c.releaseScaled(op, a.In)
 		}
 	}
+	var err error
+	if t.decision.Zcoll {
+		err = c.runZcoll(ctx, conn, op, a, t)
+	} else {
+		err = runPlain(ctx, conn, op, a)
+	}
+	if err != nil || op.ReduceOp != reduce.Avg || !op.isReduction() {
+		return err
+	}
+	if op.Kind != Reduce || c.cfg.Rank == op.Root {
+		reduce.Average(op.DType, op.Out[0], c.cfg.Size)
+	}
+	return nil
+}
+
+// runPlain runs the uncompressed algorithms of package collective.
+func runPlain(ctx context.Context, conn collective.Conn, op *Op, a collective.Args) error {
 	var err error
 	switch op.Kind {
 	case AllReduce:
@@ -221,13 +268,7 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn collective.Conn, op *Op) e
 	default:
 		return fmt.Errorf("no algorithm for %s", op.Kind)
 	}
-	if err != nil || op.ReduceOp != reduce.Avg || !op.isReduction() {
-		return err
-	}
-	if op.Kind != Reduce || c.cfg.Rank == op.Root {
-		reduce.Average(op.DType, op.Out[0], c.cfg.Size)
-	}
-	return nil
+	return err
 }
 
 // premultiplied returns the op's inputs scaled by its PREMUL_SUM factor. An

@@ -7,6 +7,7 @@ package comm
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/reduce"
@@ -84,7 +85,7 @@ func (op *Op) validate(rank, size int) error {
 	}
 	if op.isReduction() {
 		if err := reduce.Check(op.DType, op.ReduceOp); err != nil {
-			return invalidf("%s: %v", op.Kind, err)
+			return invalidf("%s: %s", op.Kind, strings.TrimPrefix(err.Error(), "zipccl: "))
 		}
 	}
 	for _, b := range op.In {

@@ -6,19 +6,36 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
+	"github.com/zipccl/zipccl/backend/zcoll"
 )
 
 // Point-to-point ops bypass the collective queue: a recv is posted at once
 // (posting order is matching order, as in MPI) and a send goes through a
 // per-destination FIFO so two sends with the same tag arrive in the order
 // they were issued.
+//
+// A message starts with a head (slot 0 of its tag), matched in order. The
+// head of an uncoded message is the whole payload. A coded message (UCCL-Zip
+// split-send: static parts first, coded exponents after) has an empty head
+// whose descriptor says so and names the codec kind, the segment size and a
+// message number; its parts follow on slots partSlot(number, slot), so the
+// parts of two messages with the same tag never meet. The receiver decides
+// per message from the head, so the sender may choose alone.
 
 type sendQueue struct {
 	mu      sync.Mutex
 	pending []*task
 	running bool
+	nextID  uint32 // message numbers of coded messages to this peer
 }
+
+// partSlot is the slot of a coded message's part: the top bit keeps it
+// apart from heads (slot 0), then 14 bits of message number and the split
+// stream's own slot (step bit and 16-bit segment).
+func partSlot(id, slot uint32) uint32 { return 1<<31 | (id&0x3fff)<<17 | slot&0x1ffff }
 
 func (c *Comm) startP2P(t *task) {
 	op := t.op
@@ -32,12 +49,29 @@ func (c *Comm) startP2P(t *task) {
 		if op.Root < 0 {
 			c.mesh.Connect()
 		}
-		desc := describe(op, c.cfg.Rank).encode()
-		pd := c.mesh.Post(op.Root, transport.Key{Kind: transport.P2P, Seq: uint64(op.Tag)}, op.Out[0], &desc)
+		mine := describe(op, c.cfg.Rank)
+		var head descFields
+		accept := func(d transport.Desc, n uint64) ([]byte, error) {
+			head = decodeDesc(d)
+			if head.kind != mine.kind || head.dt != mine.dt {
+				return nil, &transport.MismatchError{Peer: op.Root, Want: mine.encode(), Got: d, WantLen: uint64(len(op.Out[0])), GotLen: n}
+			}
+			if head.flags&flagCoded == 0 {
+				return op.Out[0], nil
+			}
+			if head.count != uint64(op.numel(op.Out[0])) {
+				return nil, &transport.MismatchError{Peer: op.Root, Want: d, Got: d, WantLen: uint64(len(op.Out[0])), GotLen: head.count * uint64(op.DType.Size())}
+			}
+			return []byte{}, nil
+		}
+		pd := c.mesh.PostAccept(op.Root, transport.Key{Kind: transport.P2P, Seq: uint64(op.Tag)}, accept)
 		go func() {
 			ctx, cancel := c.opContext(op)
 			defer cancel()
 			src, err := pd.Wait(ctx)
+			if err == nil && head.flags&flagCoded != 0 {
+				err = c.recvCoded(ctx, t, src, head)
+			}
 			c.complete(t, src, c.p2pErr(op, src, err))
 		}()
 	case Send:
@@ -68,13 +102,20 @@ func (c *Comm) drainSends(q *sendQueue) {
 		q.pending = q.pending[1:]
 		q.mu.Unlock()
 		op := t.op
-		desc := describe(op, c.cfg.Rank).encode()
 		ctx, cancel := c.opContext(op)
-		err := c.mesh.Send(ctx, op.Root, transport.Key{Kind: transport.P2P, Seq: uint64(op.Tag)}, &desc, op.In[0])
-		cancel()
-		if err == nil {
-			t.wire.Add(byteLen(op.In))
+		var err error
+		if t.decision = c.decideP2P(op); t.decision.Coded {
+			id := q.nextID
+			q.nextID++
+			err = c.sendCoded(ctx, t, id)
+		} else {
+			desc := describe(op, c.cfg.Rank).encode()
+			err = c.mesh.Send(ctx, op.Root, transport.Key{Kind: transport.P2P, Seq: uint64(op.Tag)}, &desc, op.In[0])
+			if err == nil {
+				t.wire.Add(byteLen(op.In))
+			}
 		}
+		cancel()
 		c.complete(t, op.Root, c.p2pErr(op, op.Root, err))
 	}
 }
@@ -101,4 +142,53 @@ func (c *Comm) p2pErr(op *Op, peer int, err error) error {
 	}
 	what := fmt.Sprintf("zipccl: %s %s %s (tag %d, %s) on rank %d of group %q", op.Kind, dir, who, op.Tag, op.DType, c.cfg.Rank, c.cfg.Name)
 	return c.wrapErr(what, describe(op, c.cfg.Rank), err)
+}
+
+// decideP2P is the switcher's call for a send, from the group's latest
+// agreed state (the receiver follows whatever the sender chose).
+func (c *Comm) decideP2P(op *Op) switcher.Decision {
+	z := c.shared.Load()
+	return switcher.Decide(switcher.Input{
+		Op: switcher.SendRecv, DType: op.DType, Bytes: len(op.In[0]), Ranks: c.cfg.Size,
+		Mode: z.mode, Profile: z.profile, Ratio: z.ratios[op.DType],
+	}, z.th)
+}
+
+// sendCoded sends the head of a coded message, then its split parts.
+func (c *Comm) sendCoded(ctx context.Context, t *task, id uint32) error {
+	op := t.op
+	f := describe(op, c.cfg.Rank).withDecision(c.z.mode, t.decision)
+	f.root = int32(id & 0x3fff)
+	f.count = uint64(op.numel(op.In[0]))
+	f.layout = uint64(zcoll.DefaultSegment)
+	desc := f.encode()
+	tag := uint64(op.Tag)
+	if err := c.mesh.Send(ctx, op.Root, transport.Key{Kind: transport.P2P, Seq: tag}, &desc); err != nil {
+		return err
+	}
+	var st zcoll.Stats
+	defer func() { t.codecNs.Add(st.EncodeNs.Load()) }()
+	return zcoll.SendSplit(ctx, func(slot uint32, bufs ...[]byte) error {
+		if err := c.mesh.Send(ctx, op.Root, transport.Key{Kind: transport.P2P, Seq: tag, Slot: partSlot(id, slot)}, &desc, bufs...); err != nil {
+			return err
+		}
+		t.wire.Add(byteLen(bufs))
+		return nil
+	}, op.In[0], op.DType, t.decision.Kind, zcoll.DefaultSegment, c.pool, &st)
+}
+
+// recvCoded receives the parts of a coded message announced by head.
+func (c *Comm) recvCoded(ctx context.Context, t *task, src int, head descFields) error {
+	op := t.op
+	t.decision = switcher.Decision{Zcoll: true, Coded: true, Kind: codec.Kind(head.flags >> 4 & 3)}
+	id, tag := uint32(head.root), uint64(op.Tag)
+	var st zcoll.Stats
+	defer func() { t.codecNs.Add(st.DecodeNs.Load()) }()
+	return zcoll.RecvSplit(ctx, func(slot uint32, buf []byte) (int, error) {
+		pd := c.mesh.PostUpTo(src, transport.Key{Kind: transport.P2P, Seq: tag, Slot: partSlot(id, slot)}, buf, nil)
+		if _, err := pd.Wait(ctx); err != nil {
+			return 0, err
+		}
+		return pd.Len(), nil
+	}, op.Out[0], op.DType, t.decision.Kind, int(head.layout), c.pool, &st)
 }

@@ -3,6 +3,7 @@ package comm
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -13,9 +14,16 @@ type OpStats struct {
 	Count     int64   `json:"count"`
 	Errors    int64   `json:"errors"`
 	RawBytes  int64   `json:"raw_bytes"`  // the op's payload as the user sees it
-	WireBytes int64   `json:"wire_bytes"` // bytes this rank sent (headers excluded)
-	Ratio     float64 `json:"ratio"`      // raw/wire bytes sent, 1 when nothing is compressed
-	Seconds   float64 `json:"seconds"`    // from submit to completion, summed
+	WireBytes int64   `json:"wire_bytes"` // payload bytes this rank sent (frame headers excluded)
+	Ratio     float64 `json:"ratio"`      // raw_bytes/wire_bytes
+	Seconds   float64 `json:"seconds"`    // from start to completion, summed
+	// CodecSeconds is the time spent coding and decoding; WireSeconds the
+	// rest of the op's time (transfers, waiting, reductions).
+	CodecSeconds float64 `json:"codec_seconds"`
+	WireSeconds  float64 `json:"wire_seconds"`
+	// Choices counts the switcher's decisions: "raw" (uncompressed
+	// algorithms), "plain" (two-shot family, uncoded), or the codec kind.
+	Choices map[string]int64 `json:"choices"`
 }
 
 type stats struct {
@@ -33,14 +41,17 @@ func byteLen(bufs [][]byte) int64 {
 	return n
 }
 
-func (s *stats) record(op *Op, wire int64, d time.Duration, err error) {
+func (s *stats) record(op *Op, wire int64, d, codec time.Duration, choice string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.ops[op.Kind.String()]
 	if st == nil {
-		st = &OpStats{}
+		st = &OpStats{Choices: map[string]int64{}}
 		s.ops[op.Kind.String()] = st
 	}
+	st.Choices[choice]++
+	st.CodecSeconds += codec.Seconds()
+	st.WireSeconds += max(d-codec, 0).Seconds()
 	st.Count++
 	if err != nil {
 		st.Errors++
@@ -58,6 +69,7 @@ func (c *Comm) Stats() ([]byte, error) {
 	ops := map[string]OpStats{}
 	for k, v := range c.stats.ops {
 		x := *v
+		x.Choices = maps.Clone(v.Choices)
 		x.Ratio = 1
 		if x.WireBytes > 0 {
 			x.Ratio = float64(x.RawBytes) / float64(x.WireBytes)
@@ -77,12 +89,21 @@ func (s *stats) summary() string {
 	}
 	sort.Strings(names)
 	out := ""
+	var raw, wire int64
+	var codec float64
 	for _, k := range names {
 		v := s.ops[k]
 		out += fmt.Sprintf(" %s=%d", k, v.Count)
+		raw += v.RawBytes
+		wire += v.WireBytes
+		codec += v.CodecSeconds
 	}
 	if out == "" {
 		return "no ops"
 	}
-	return "ops:" + out
+	ratio := 1.0
+	if wire > 0 {
+		ratio = float64(raw) / float64(wire)
+	}
+	return fmt.Sprintf("ops:%s; %d bytes sent for %d raw (ratio %.3f), %.3fs coding", out, wire, raw, ratio, codec)
 }

@@ -85,14 +85,19 @@ type recvReq struct {
 	upTo      bool // the message may be shorter than buf
 	want      Desc
 	checkDesc bool
-	key       Key
-	peer      int // -1: any source
-	order     uint64
-	claimed   bool // a reader is filling buf
-	finished  bool
-	src       int
-	err       error
-	done      chan struct{}
+	// accept, when set, replaces the descriptor and length checks: it
+	// sees the incoming descriptor and length and returns the buffer to
+	// receive into (of exactly that length) or an error.
+	accept   func(d Desc, n uint64) ([]byte, error)
+	got      Desc
+	key      Key
+	peer     int // -1: any source
+	order    uint64
+	claimed  bool // a reader is filling buf
+	finished bool
+	src      int
+	err      error
+	done     chan struct{}
 }
 
 func (r *recvReq) finish(src int, err error) {
@@ -444,6 +449,18 @@ func (m *Mesh) match(src int, k Key) *recvReq {
 }
 
 func (r *recvReq) check(src int, h *header) error {
+	r.got = h.desc
+	if r.accept != nil {
+		buf, err := r.accept(h.desc, h.length)
+		if err != nil {
+			return err
+		}
+		if uint64(len(buf)) != h.length {
+			return &MismatchError{Peer: src, Key: r.key, Want: h.desc, Got: h.desc, WantLen: uint64(len(buf)), GotLen: h.length}
+		}
+		r.buf = buf
+		return nil
+	}
 	badLen := uint64(len(r.buf)) != h.length
 	if r.upTo {
 		badLen = h.length > uint64(len(r.buf))
@@ -483,17 +500,25 @@ type Pending struct {
 // descriptor. Receives posted for the same key are matched in posting
 // order, so Post is where ordering is decided; Wait may run elsewhere.
 func (m *Mesh) Post(peer int, k Key, buf []byte, want *Desc) *Pending {
-	return m.post(peer, k, buf, want, false)
+	return m.post(peer, k, buf, want, false, nil)
 }
 
 // PostUpTo is Post for a message of unknown length up to len(buf), such as
 // a compressed payload; Pending.Len tells how much arrived.
 func (m *Mesh) PostUpTo(peer int, k Key, buf []byte, want *Desc) *Pending {
-	return m.post(peer, k, buf, want, true)
+	return m.post(peer, k, buf, want, true, nil)
 }
 
-func (m *Mesh) post(peer int, k Key, buf []byte, want *Desc, upTo bool) *Pending {
-	r := &recvReq{buf: buf, upTo: upTo, key: k, peer: peer, done: make(chan struct{})}
+// PostAccept is Post where accept chooses the buffer once the message's
+// descriptor and length are known (a receiver that accepts several
+// encodings of one message). accept runs on a transport goroutine with the
+// mesh locked: it must be quick and must not call the mesh.
+func (m *Mesh) PostAccept(peer int, k Key, accept func(d Desc, n uint64) ([]byte, error)) *Pending {
+	return m.post(peer, k, nil, nil, false, accept)
+}
+
+func (m *Mesh) post(peer int, k Key, buf []byte, want *Desc, upTo bool, accept func(Desc, uint64) ([]byte, error)) *Pending {
+	r := &recvReq{buf: buf, upTo: upTo, accept: accept, key: k, peer: peer, done: make(chan struct{})}
 	if want != nil {
 		r.want, r.checkDesc = *want, true
 	}
@@ -558,6 +583,12 @@ func (pd *Pending) Wait(ctx context.Context) (int, error) {
 
 // Len is the length of the received message, once Wait returned nil.
 func (pd *Pending) Len() int { return pd.r.n }
+
+// Desc is the received message's descriptor, once Wait returned nil.
+func (pd *Pending) Desc() Desc { return pd.r.got }
+
+// Buf is the buffer the message was received into (the one accept chose).
+func (pd *Pending) Buf() []byte { return pd.r.buf[:pd.r.n] }
 
 // Recv is Post followed by Wait.
 func (m *Mesh) Recv(ctx context.Context, peer int, k Key, buf []byte, want *Desc) (int, error) {

@@ -316,3 +316,41 @@ func TestPostUpToAcceptsShorterMessages(t *testing.T) {
 	var me *MismatchError
 	require.ErrorAs(t, err, &me)
 }
+
+func TestPostAcceptChoosesBuffer(t *testing.T) {
+	g := newTestGroup(t, 2)
+	ctx := ctxT(t)
+	var plain, coded Desc
+	coded[3] = 1
+	user := make([]byte, 8)
+	scratch := make([]byte, 3)
+	accept := func(d Desc, n uint64) ([]byte, error) {
+		if d[3] == 1 {
+			return scratch[:n], nil
+		}
+		return user, nil
+	}
+	require.NoError(t, g.meshes[1].Send(ctx, 0, Key{Kind: P2P, Seq: 1}, &plain, []byte("12345678")))
+	pd := g.meshes[0].PostAccept(1, Key{Kind: P2P, Seq: 1}, accept)
+	_, err := pd.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "12345678", string(user))
+	require.Equal(t, plain, pd.Desc())
+
+	pd = g.meshes[0].PostAccept(1, Key{Kind: P2P, Seq: 1}, accept)
+	require.NoError(t, g.meshes[1].Send(ctx, 0, Key{Kind: P2P, Seq: 1}, &coded, []byte("abc")))
+	_, err = pd.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "abc", string(pd.Buf()))
+	require.Equal(t, coded, pd.Desc())
+
+	// accept's error fails the receive; the connection survives.
+	pd = g.meshes[0].PostAccept(1, Key{Kind: P2P, Seq: 2}, func(Desc, uint64) ([]byte, error) { return nil, errors.New("nope") })
+	require.NoError(t, g.meshes[1].Send(ctx, 0, Key{Kind: P2P, Seq: 2}, &plain, []byte("x")))
+	_, err = pd.Wait(ctx)
+	require.ErrorContains(t, err, "nope")
+	require.NoError(t, g.meshes[1].Send(ctx, 0, Key{Kind: P2P, Seq: 3}, &plain, []byte("y")))
+	b := make([]byte, 1)
+	_, err = g.meshes[0].Recv(ctx, 1, Key{Kind: P2P, Seq: 3}, b, &plain)
+	require.NoError(t, err)
+}

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 __version__ = "0.1.0"
 
-__all__ = ["Options", "__version__", "info", "library_path", "stats"]
+__all__ = ["Options", "__version__", "codec", "info", "library_path", "stats"]
 
 BACKEND_NAME = "zipccl"
 
@@ -200,6 +200,16 @@ def stats(group: Any = None) -> dict[str, Any]:
     """Per-op statistics of a group's communicator (the default group when
     group is None)."""
     return json.loads(_runtime()._stats(_zipccl_backend(group)))
+
+
+def __getattr__(name: str) -> Any:
+    # zipccl.codec without an explicit import, and without loading it (or
+    # the engine) at `import zipccl`.
+    if name == "codec":
+        import importlib
+
+        return importlib.import_module(".codec", __name__)
+    raise AttributeError(f"module 'zipccl' has no attribute {name!r}")
 
 
 _register()

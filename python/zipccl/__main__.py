@@ -1,4 +1,5 @@
-"""Command line: ``python -m zipccl info`` and ``python -m zipccl bench ...``."""
+"""Command line: ``python -m zipccl info``, ``python -m zipccl demo`` and
+``python -m zipccl bench ...``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,44 @@ class BenchCommand(NamedTuple):
 # Benchmarks register here (name -> BenchCommand); each becomes a
 # sub-subcommand of `bench`.
 BENCH_COMMANDS: dict[str, BenchCommand] = {}
+
+
+def _configure_codec_bench(p: argparse.ArgumentParser) -> None:
+    from .bench.codec import configure
+
+    configure(p)
+
+
+def _run_codec_bench(args: argparse.Namespace) -> int:
+    from .bench.codec import run
+
+    return run(args)
+
+
+BENCH_COMMANDS["codec"] = BenchCommand(
+    "codec ratio and GB/s per codec and dtype, with memcpy, huff0 and zstd in the same run",
+    _configure_codec_bench,
+    _run_codec_bench,
+)
+
+
+def _configure_kernels_bench(p: argparse.ArgumentParser) -> None:
+    from .bench.kernels import configure
+
+    configure(p)
+
+
+def _run_kernels_bench(args: argparse.Namespace) -> int:
+    from .bench.kernels import run
+
+    return run(args)
+
+
+BENCH_COMMANDS["kernels"] = BenchCommand(
+    "GB/s of the CUDA codec kernels (encode, decode, decode+reduce) against a device copy",
+    _configure_kernels_bench,
+    _run_kernels_bench,
+)
 
 
 def _format_gpu(gpu: Any) -> str:
@@ -104,6 +143,17 @@ def _build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     info.add_argument("--json", action="store_true", help="print the raw JSON")
     info.set_defaults(func=_cmd_info)
 
+    from .demo.cli import configure as _configure_demo, run as _run_demo
+
+    demo = commands.add_parser(
+        "demo", help="GPT training with gloo and zipccl, DDP then FSDP2, over shaped links"
+    )
+    _configure_demo(demo)
+    demo.set_defaults(func=_run_demo)
+
+    from .bench import register as _register_benches
+
+    _register_benches(BENCH_COMMANDS, BenchCommand)
     bench = commands.add_parser("bench", help="benchmarks")
     benches = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     for name, command in BENCH_COMMANDS.items():

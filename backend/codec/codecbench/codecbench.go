@@ -239,7 +239,7 @@ func huff0Rows(o *Options, syms []byte, rest, n int, dt dtype.DType, rel func(*R
 				derr = err
 				return
 			}
-			if _, err := s2.Decoder().Decompress4X(out[:len(c.raw)], rem); err != nil {
+			if _, err := s2.Decoder().Decompress4X(out[:len(c.raw):len(c.raw)], rem); err != nil {
 				derr = err
 				return
 			}

@@ -1,0 +1,292 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/switcher"
+	"github.com/zipccl/zipccl/backend/transport"
+)
+
+// compression is a group's compression state. Everything in it is agreed:
+// the mode is checked through the op descriptor, the profile is folded
+// over the group when measured, and the ratio estimates are folded by every
+// op's check, so every rank takes the same decision for every op.
+type compression struct {
+	mode    switcher.Mode
+	th      switcher.Defaults
+	profile switcher.Profile
+	ratios  map[dtype.DType][3]float64 // by dtype, by codec kind
+}
+
+// configureCompression reads the group option "compress" (or the
+// "compression" that zipccl.Options sends), else ZIPCCL_COMPRESS, and the
+// optional size thresholds.
+func configureCompression(opts map[string]string) (compression, error) {
+	z := compression{th: switcher.DefaultThresholds, ratios: map[dtype.DType][3]float64{}}
+	mode := os.Getenv("ZIPCCL_COMPRESS")
+	for _, k := range []string{"compression", "compress"} {
+		if v, ok := opts[k]; ok {
+			mode = v
+		}
+	}
+	var err error
+	if z.mode, err = switcher.ParseMode(mode); err != nil {
+		return z, err
+	}
+	for key, dst := range map[string]*int{"compress_min": &z.th.CompressMin, "two_shot_min": &z.th.TwoShotMin} {
+		v, ok := opts[key]
+		if !ok {
+			v = os.Getenv("ZIPCCL_" + map[string]string{"compress_min": "COMPRESS_MIN", "two_shot_min": "TWO_SHOT_MIN"}[key])
+		}
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return z, fmt.Errorf("zipccl: option %s=%q is not a byte count", key, v)
+		}
+		*dst = n
+	}
+	return z, nil
+}
+
+// publish shares the executor's latest agreed state with p2p senders.
+func (c *Comm) publish() {
+	z := c.z
+	z.ratios = maps.Clone(c.z.ratios)
+	c.shared.Store(&z)
+}
+
+// switcherOp maps an op kind to the switcher's collectives; ok is false
+// for ops that are never coded.
+func switcherOp(k Kind) (switcher.Op, bool) {
+	switch k {
+	case AllReduce:
+		return switcher.AllReduce, true
+	case ReduceScatter:
+		return switcher.ReduceScatter, true
+	case AllGather:
+		return switcher.AllGather, true
+	case AllToAll:
+		return switcher.AllToAll, true
+	case Broadcast:
+		return switcher.Broadcast, true
+	}
+	return 0, false
+}
+
+// payload is the op's size as the switcher counts it.
+func payload(op *Op) int {
+	switch op.Kind {
+	case AllGather:
+		return int(byteLen(op.Out))
+	case ReduceScatter, AllToAll:
+		return int(byteLen(op.In))
+	}
+	if len(op.In) > 0 {
+		return len(op.In[0])
+	}
+	return 0
+}
+
+func (c *Comm) switcherInput(op *Op) (switcher.Input, bool) {
+	sop, ok := switcherOp(op.Kind)
+	if !ok {
+		return switcher.Input{}, false
+	}
+	return switcher.Input{
+		Op: sop, DType: op.DType, Bytes: payload(op), Ranks: c.cfg.Size,
+		Mode: c.z.mode, Profile: c.z.profile, Ratio: c.z.ratios[op.DType],
+	}, true
+}
+
+// decide is the switcher's call for op (the zero Decision for ops it does
+// not handle).
+func (c *Comm) decide(op *Op) switcher.Decision {
+	in, ok := c.switcherInput(op)
+	if !ok || c.cfg.Size == 1 {
+		return switcher.Decision{}
+	}
+	return switcher.Decide(in, c.z.th)
+}
+
+// wantsProbe says whether op is the first one that could be coded under
+// Auto before the group measured itself. The answer is the same on every
+// rank that called the same op after the same history.
+func (c *Comm) wantsProbe(op *Op) bool {
+	if c.z.mode != switcher.Auto || c.z.profile.Measured || c.cfg.Size == 1 {
+		return false
+	}
+	in, ok := c.switcherInput(op)
+	return ok && switcher.Compressible(op.DType) && in.Bytes >= c.z.th.CompressMin
+}
+
+// estimate samples the op's local data for the check's telemetry.
+func (c *Comm) estimate(op *Op) telemetry {
+	if c.z.mode == switcher.Never || !switcher.Compressible(op.DType) || len(op.In) == 0 {
+		return telemetry{}
+	}
+	var best []byte
+	for _, b := range op.In {
+		if len(b) > len(best) {
+			best = b
+		}
+	}
+	if len(best) < 4096 {
+		return telemetry{}
+	}
+	return telemetry{
+		zip3: codec.EstimateRatio(best, op.DType, codec.Zip3),
+		huff: codec.EstimateRatio(best, op.DType, codec.Huff),
+	}
+}
+
+// learn folds the group's agreed estimates into the ratios used for later
+// ops of the same dtype.
+func (c *Comm) learn(dt dtype.DType, t telemetry) {
+	r := c.z.ratios[dt]
+	if t.zip3 > 0 {
+		r[codec.Zip3] = t.zip3
+	}
+	if t.huff > 0 {
+		r[codec.Huff] = t.huff
+	}
+	if r != c.z.ratios[dt] {
+		c.z.ratios[dt] = r
+		c.publish()
+	}
+}
+
+// Probe sizes: latency rounds of one byte, bandwidth rounds of probeBytes,
+// and at most probeSample bytes of the op's data coded.
+const (
+	probeRounds = 3
+	probeBytes  = 4 << 20
+	probeSample = 1 << 20
+)
+
+// probe measures the group once: latency and bandwidth around the ring
+// (every rank sends to its right neighbour while receiving from its left,
+// so every link is measured at once), and the codec's speed on this op's
+// own data. The results are folded over the group (the worst link, the
+// slowest coder) so every rank holds the same profile. It runs under the
+// op's sequence number on reserved slots, after the op was agreed.
+func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
+	n, me := c.cfg.Size, c.cfg.Rank
+	right, left := (me+1)%n, (me-1+n)%n
+	slot := uint32(probeSlot | 0x100)
+	exchange := func(out, in []byte) (time.Duration, error) {
+		start := time.Now()
+		pending := c.mesh.Post(left, transport.Key{Kind: transport.Coll, Seq: conn.seq, Slot: slot}, in, nil)
+		err := c.mesh.Send(ctx, right, transport.Key{Kind: transport.Coll, Seq: conn.seq, Slot: slot}, &conn.desc, out)
+		slot++
+		if err != nil {
+			done, stop := context.WithCancel(ctx)
+			stop()
+			pending.Wait(done)
+			return 0, &peerOpError{peer: right, send: true, err: err}
+		}
+		if _, err := pending.Wait(ctx); err != nil {
+			return 0, &peerOpError{peer: left, err: err}
+		}
+		return time.Since(start), nil
+	}
+	var one [1]byte
+	alpha := math.Inf(1)
+	for i := 0; i < probeRounds; i++ {
+		d, err := exchange(one[:], one[:])
+		if err != nil {
+			return err
+		}
+		alpha = min(alpha, d.Seconds())
+	}
+	big := c.pool.Get(2 * probeBytes)
+	defer c.pool.Put(big)
+	beta := math.Inf(1)
+	for i := 0; i < 3; i++ {
+		d, err := exchange(big[:probeBytes], big[probeBytes:])
+		if err != nil {
+			return err
+		}
+		beta = min(beta, (d.Seconds()-alpha)/probeBytes)
+	}
+	beta = max(beta, 1e-12)
+
+	var sample []byte
+	for _, b := range op.In {
+		if len(b) > len(sample) {
+			sample = b
+		}
+	}
+	sample = sample[:min(len(sample), probeSample)/op.DType.Size()*op.DType.Size()]
+	var speeds [4]float64 // enc zip3, dec zip3, enc huff, dec huff
+	for i, k := range []codec.Kind{codec.Zip3, codec.Huff} {
+		enc, dec := codecSpeed(sample, op.DType, k)
+		speeds[2*i], speeds[2*i+1] = enc, dec
+	}
+	// Fold: latency and per-byte cost to the group's maximum, speeds to
+	// its minimum. Encoded as float64s; speeds are negated so one max
+	// merges everything.
+	rec := make([]byte, 8*6)
+	vals := []float64{alpha, beta, -speeds[0], -speeds[1], -speeds[2], -speeds[3]}
+	for i, v := range vals {
+		binary.LittleEndian.PutUint64(rec[8*i:], math.Float64bits(v))
+	}
+	merge := func(mine, theirs []byte) {
+		for i := 0; i+8 <= len(mine); i += 8 {
+			a := math.Float64frombits(binary.LittleEndian.Uint64(mine[i:]))
+			b := math.Float64frombits(binary.LittleEndian.Uint64(theirs[i:]))
+			binary.LittleEndian.PutUint64(mine[i:], math.Float64bits(max(a, b)))
+		}
+	}
+	if err := c.fold(ctx, conn.seq, probeSlot, &conn.desc, rec, merge); err != nil {
+		return err
+	}
+	for i := range vals {
+		vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(rec[8*i:]))
+	}
+	p := switcher.Profile{Measured: true, Alpha: vals[0], Beta: vals[1]}
+	p.Enc[codec.Zip3], p.Dec[codec.Zip3] = -vals[2], -vals[3]
+	p.Enc[codec.Huff], p.Dec[codec.Huff] = -vals[4], -vals[5]
+	c.z.profile = p
+	c.publish()
+	c.log.Infof("link profile: latency %.0fus, %.2f GB/s on the slowest link; codec zip3 %.2f/%.2f GB/s, huff %.2f/%.2f GB/s (encode/decode, slowest rank)",
+		p.Alpha*1e6, 1e-9/p.Beta, p.Enc[codec.Zip3]/1e9, p.Dec[codec.Zip3]/1e9, p.Enc[codec.Huff]/1e9, p.Dec[codec.Huff]/1e9)
+	return nil
+}
+
+// codecSpeed times an encode and a decode of sample with kind k, in raw
+// bytes per second. Each is run once to warm scratch buffers and caches,
+// then timed.
+func codecSpeed(sample []byte, dt dtype.DType, k codec.Kind) (enc, dec float64) {
+	if len(sample) == 0 {
+		return 0, 0
+	}
+	e, d := codec.NewEncoder(), codec.NewDecoder()
+	frame := make([]byte, 0, codec.MaxEncodedLen(len(sample), dt))
+	out := make([]byte, len(sample))
+	var encT, decT time.Duration
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		f, err := e.Encode(frame[:0], sample, dt, k)
+		encT = time.Since(start)
+		if err != nil {
+			return 0, 0
+		}
+		start = time.Now()
+		if _, err := d.Decode(out, f); err != nil {
+			return 0, 0
+		}
+		decT = time.Since(start)
+	}
+	return float64(len(sample)) / max(encT.Seconds(), 1e-9), float64(len(sample)) / max(decT.Seconds(), 1e-9)
+}

@@ -1,0 +1,165 @@
+package comm
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/reduce"
+	"github.com/zipccl/zipccl/backend/rendezvous"
+	"github.com/zipccl/zipccl/backend/transport"
+)
+
+// newRigOpts is newRig with per-rank group options.
+func newRigOpts(t *testing.T, n int, opts func(rank int) map[string]string) *rig {
+	t.Helper()
+	r := &rig{t: t, done: map[uint64]chan result{}}
+	store := rendezvous.NewMemStore()
+	for i := 0; i < n; i++ {
+		ep, err := transport.Listen("127.0.0.1")
+		require.NoError(t, err)
+		c, err := New(Config{Rank: i, Size: n, Name: "z", Timeout: 30 * time.Second, Store: store, Endpoint: ep, Options: opts(i), Complete: r.complete})
+		require.NoError(t, err)
+		r.comms = append(r.comms, c)
+		r.eps = append(r.eps, ep)
+	}
+	t.Cleanup(func() {
+		for i, c := range r.comms {
+			c.Abort("test over")
+			r.eps[i].Close()
+		}
+	})
+	return r
+}
+
+func gaussBF16(seed uint64, n int) []byte {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(float32(rng.NormFloat64()*0.02)))
+	}
+	return b
+}
+
+func opStats(t *testing.T, c *Comm) map[string]OpStats {
+	js, err := c.Stats()
+	require.NoError(t, err)
+	var s struct {
+		Ops map[string]OpStats `json:"ops"`
+	}
+	require.NoError(t, json.Unmarshal(js, &s))
+	return s.Ops
+}
+
+// Coded and uncoded runs of the same collectives give identical bits, and
+// the coded run sends fewer bytes.
+func TestCodedCollectivesMatchUncoded(t *testing.T) {
+	const n = 3
+	const numel = 1 << 20 // 2 MiB of bf16: above the two-shot size
+	results := map[string][][]byte{}
+	wire := map[string]int64{}
+	for _, mode := range []string{"never", "always"} {
+		r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": mode} })
+		var outs [][]byte
+		// all_reduce (sum, two-shot), all_gather, all_to_all, broadcast
+		bufs := make([][]byte, n)
+		for _, x := range r.everyRank(func(rank int) *Op {
+			bufs[rank] = gaussBF16(uint64(rank), numel)
+			return &Op{Kind: AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+		}) {
+			require.NoError(t, x.err)
+		}
+		outs = append(outs, bufs...)
+		ag := make([][][]byte, n)
+		for _, x := range r.everyRank(func(rank int) *Op {
+			ag[rank] = [][]byte{make([]byte, 2*numel), make([]byte, 2*numel), make([]byte, 2*numel)}
+			return &Op{Kind: AllGather, DType: dtype.BFloat16, In: [][]byte{gaussBF16(uint64(10+rank), numel)}, Out: ag[rank]}
+		}) {
+			require.NoError(t, x.err)
+		}
+		for rank := 0; rank < n; rank++ {
+			for j := 0; j < n; j++ {
+				require.Equal(t, gaussBF16(uint64(10+j), numel), ag[rank][j], "%s all_gather rank %d slot %d", mode, rank, j)
+			}
+		}
+		bc := make([][]byte, n)
+		for _, x := range r.everyRank(func(rank int) *Op {
+			bc[rank] = make([]byte, 2*numel)
+			if rank == 1 {
+				copy(bc[rank], gaussBF16(99, numel))
+			}
+			return &Op{Kind: Broadcast, DType: dtype.BFloat16, Root: 1, In: [][]byte{bc[rank]}, Out: [][]byte{bc[rank]}}
+		}) {
+			require.NoError(t, x.err)
+		}
+		for rank := 0; rank < n; rank++ {
+			require.Equal(t, gaussBF16(99, numel), bc[rank], "%s broadcast rank %d", mode, rank)
+		}
+		// point to point: rank 0 -> rank 2
+		dst := make([]byte, 2*numel)
+		rc := r.submit(2, &Op{Kind: Recv, DType: dtype.BFloat16, Root: 0, Tag: 4, Out: [][]byte{dst}})
+		require.NoError(t, wait(t, r.submit(0, &Op{Kind: Send, DType: dtype.BFloat16, Root: 2, Tag: 4, In: [][]byte{gaussBF16(5, numel)}})).err)
+		require.NoError(t, wait(t, rc).err)
+		require.Equal(t, gaussBF16(5, numel), dst, "%s send/recv", mode)
+
+		results[mode] = outs
+		for _, s := range opStats(t, r.comms[0]) {
+			wire[mode] += s.WireBytes
+		}
+		if mode == "always" {
+			st := opStats(t, r.comms[0])
+			require.NotZero(t, st["all_gather"].Choices["zip3"], "%v", st["all_gather"].Choices)
+			require.NotZero(t, st["send"].Choices["zip3"], "%v", st["send"].Choices)
+			require.Greater(t, st["all_gather"].CodecSeconds, 0.0)
+		}
+	}
+	for i := range results["never"] {
+		require.Equal(t, results["never"][i], results["always"][i], "all_reduce output %d differs between coded and uncoded", i)
+	}
+	ratio := float64(wire["never"]) / float64(wire["always"])
+	require.Greater(t, ratio, 1.3, "coded runs must send fewer bytes (never %d, always %d)", wire["never"], wire["always"])
+}
+
+// Ranks configured with different compression modes fail with a mismatch
+// naming the modes, rather than hanging on incompatible messages.
+func TestCompressionModeMismatch(t *testing.T) {
+	r := newRigOpts(t, 2, func(rank int) map[string]string {
+		return map[string]string{"compress": []string{"never", "always"}[rank]}
+	})
+	res := r.everyRank(func(rank int) *Op {
+		b := gaussBF16(1, 1<<20)
+		return &Op{Kind: AllGather, DType: dtype.BFloat16, In: [][]byte{b}, Out: [][]byte{make([]byte, len(b)), make([]byte, len(b))}}
+	})
+	requireAllFail(t, res, CodeMismatch, "compress=never")
+}
+
+// Under auto on loopback, the group measures itself once and the switcher
+// keeps raw payloads (compression cannot pay on a link this fast).
+func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
+	r := newRigOpts(t, 2, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+	for i := 0; i < 2; i++ {
+		for _, x := range r.everyRank(func(rank int) *Op {
+			b := gaussBF16(uint64(rank), 1<<20)
+			return &Op{Kind: AllGather, DType: dtype.BFloat16, In: [][]byte{b}, Out: [][]byte{make([]byte, len(b)), make([]byte, len(b))}}
+		}) {
+			require.NoError(t, x.err)
+		}
+	}
+	for _, c := range r.comms {
+		require.True(t, c.z.profile.Measured)
+		require.Greater(t, c.z.profile.Beta, 0.0)
+		require.False(t, math.IsInf(c.z.profile.Alpha, 0))
+		// Every rank holds the same agreed profile.
+		require.Equal(t, r.comms[0].z.profile, c.z.profile)
+		require.Equal(t, r.comms[0].z.ratios, c.z.ratios)
+	}
+	st := opStats(t, r.comms[0])["all_gather"]
+	require.Equal(t, int64(2), st.Count)
+	t.Logf("choices on loopback: %v, profile %+v", st.Choices, r.comms[0].z.profile)
+}

@@ -1,0 +1,29 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/zcoll"
+)
+
+// runZcoll runs the zcoll family (plain or coded, as decided) for op.
+func (c *Comm) runZcoll(ctx context.Context, conn *opConn, op *Op, a collective.Args, t *task) error {
+	var st zcoll.Stats
+	za := zcoll.Args{Args: a, Stats: &st, Plan: zcoll.Plan{Framed: t.decision.Coded, Kind: t.decision.Kind, A2ADesign: 2}}
+	defer func() { t.codecNs.Add(st.EncodeNs.Load() + st.DecodeNs.Load()) }()
+	switch op.Kind {
+	case AllReduce:
+		return zcoll.AllReduce(ctx, conn, za)
+	case ReduceScatter:
+		return zcoll.ReduceScatter(ctx, conn, za)
+	case AllGather:
+		return zcoll.AllGather(ctx, conn, za)
+	case AllToAll:
+		return zcoll.AllToAll(ctx, conn, za)
+	case Broadcast:
+		return zcoll.Broadcast(ctx, conn, za)
+	}
+	return fmt.Errorf("no coded algorithm for %s", op.Kind)
+}

@@ -1,0 +1,107 @@
+package switcher
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/dtype"
+)
+
+// Two link profiles measured on this kind of machine: loopback TCP (a few
+// GB/s) and a 1 Gbit/s shaped veth; the codec speeds are the order of the
+// Go codec's (zip3 ~10 GB/s, huff ~2 GB/s per core).
+var (
+	codecSpeeds = [3]float64{0, 8e9, 2e9}
+	loopback    = Profile{Measured: true, Alpha: 30e-6, Beta: 1 / 3e9, Enc: codecSpeeds, Dec: codecSpeeds}
+	gigabit     = Profile{Measured: true, Alpha: 200e-6, Beta: 8 / 1e9, Enc: codecSpeeds, Dec: codecSpeeds}
+	tenGig      = Profile{Measured: true, Alpha: 50e-6, Beta: 8 / 10e9, Enc: codecSpeeds, Dec: codecSpeeds}
+)
+
+func in(op Op, dt dtype.DType, bytes int, mode Mode, p Profile) Input {
+	return Input{Op: op, DType: dt, Bytes: bytes, Ranks: 4, Mode: mode, Profile: p}
+}
+
+func TestLoopbackStaysRaw(t *testing.T) {
+	for _, op := range []Op{AllReduce, ReduceScatter, AllGather, AllToAll, Broadcast, SendRecv} {
+		for _, size := range []int{1 << 20, 64 << 20, 256 << 20} {
+			d := Decide(in(op, dtype.BFloat16, size, Auto, loopback), DefaultThresholds)
+			require.False(t, d.Coded, "%v %d: %s", op, size, d.Why)
+		}
+	}
+}
+
+func TestSlowLinkCodes(t *testing.T) {
+	for _, op := range []Op{AllReduce, ReduceScatter, AllGather, AllToAll, Broadcast, SendRecv} {
+		d := Decide(in(op, dtype.BFloat16, 64<<20, Auto, gigabit), DefaultThresholds)
+		require.True(t, d.Coded, "%v: %s", op, d.Why)
+		require.True(t, d.Zcoll)
+		require.Less(t, d.PredCoded, d.PredRaw)
+		// On a slower link huff's better ratio beats zip3's speed.
+		slow := gigabit
+		slow.Beta *= 10
+		require.Equal(t, codec.Huff, Decide(in(op, dtype.BFloat16, 64<<20, Auto, slow), DefaultThresholds).Kind, "%v", op)
+	}
+	// At 10 Gbit/s huff's ~2 GB/s no longer keeps up; zip3 still pays.
+	d := Decide(in(AllGather, dtype.BFloat16, 64<<20, Auto, tenGig), DefaultThresholds)
+	require.True(t, d.Coded, d.Why)
+	require.Equal(t, codec.Zip3, d.Kind)
+}
+
+func TestModesAndThresholds(t *testing.T) {
+	d := Decide(in(AllGather, dtype.BFloat16, 64<<20, Never, gigabit), DefaultThresholds)
+	require.False(t, d.Coded)
+	require.False(t, d.Zcoll)
+	d = Decide(in(AllGather, dtype.BFloat16, 4096, Always, Profile{}), DefaultThresholds)
+	require.True(t, d.Coded, "always codes even before measuring")
+	d = Decide(in(AllGather, dtype.BFloat16, 512<<10, Auto, gigabit), DefaultThresholds)
+	require.False(t, d.Coded, "below CompressMin")
+	d = Decide(in(AllGather, dtype.BFloat16, 64<<20, Auto, Profile{}), DefaultThresholds)
+	require.False(t, d.Coded, "auto waits for a measured link")
+	d = Decide(in(AllGather, dtype.Int64, 64<<20, Always, gigabit), DefaultThresholds)
+	require.False(t, d.Coded, "integers are never coded")
+	nv := gigabit
+	nv.NoCompress = true
+	require.False(t, Decide(in(AllGather, dtype.BFloat16, 64<<20, Auto, nv), DefaultThresholds).Coded)
+}
+
+// Turning compression on or off must not change a reduction's algorithm
+// family, so results are bit-identical either way.
+func TestReductionFamilyIndependentOfMode(t *testing.T) {
+	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float16, dtype.Float32, dtype.Float8E4M3FN} {
+		for _, size := range []int{4 << 10, 1 << 20, 64 << 20} {
+			for _, op := range []Op{AllReduce, ReduceScatter} {
+				var fam []bool
+				for _, mode := range []Mode{Auto, Always, Never} {
+					for _, p := range []Profile{{}, loopback, gigabit} {
+						fam = append(fam, Decide(in(op, dt, size, mode, p), DefaultThresholds).Zcoll)
+					}
+				}
+				for _, f := range fam {
+					require.Equal(t, fam[0], f, "%v %v %d", op, dt, size)
+				}
+				require.Equal(t, size >= DefaultThresholds.TwoShotMin, fam[0])
+			}
+		}
+	}
+	require.False(t, Decide(in(AllReduce, dtype.Float64, 64<<20, Auto, gigabit), DefaultThresholds).Zcoll)
+	require.False(t, Decide(in(AllReduce, dtype.Int32, 64<<20, Auto, gigabit), DefaultThresholds).Zcoll)
+}
+
+// Incompressible data (a measured ratio near 1) stays raw.
+func TestIncompressibleStaysRaw(t *testing.T) {
+	x := in(AllGather, dtype.BFloat16, 64<<20, Auto, gigabit)
+	x.Ratio = [3]float64{1, 0.99, 1.0}
+	require.False(t, Decide(x, DefaultThresholds).Coded)
+}
+
+func TestParseMode(t *testing.T) {
+	for s, want := range map[string]Mode{"": Auto, "AUTO": Auto, "always": Always, "never": Never, "off": Never} {
+		m, err := ParseMode(s)
+		require.NoError(t, err)
+		require.Equal(t, want, m)
+	}
+	_, err := ParseMode("sometimes")
+	require.ErrorContains(t, err, "sometimes")
+}

@@ -1,0 +1,287 @@
+"""Lossless tensor compression with zipccl's codec, without any process group.
+
+    import zipccl.codec
+
+    blob = zipccl.codec.compress(weight, codec="auto")   # bytes
+    same = zipccl.codec.decompress(blob)                 # bit-identical tensor
+
+The bytes are the codec's tensor container (docs/FORMAT.md, section 7): the
+dtype, the shape, then one frame of the Go codec (backend/codec), whose
+blocks each carry a CRC-32C of the original bytes. Decoding checks
+everything, so damaged or truncated data raises ``ValueError`` instead of
+returning a wrong tensor.
+
+Codecs:
+
+* ``"zip3"``: ZipCCL's fixed 3-bit exponent code; the fastest.
+* ``"huff"``: per-block Huffman-coded exponents; the best ratio.
+* ``"raw"``: the bytes as they are, with the same framing and CRCs.
+* ``"auto"``: picks one of the three per tensor from a cheap sampled estimate.
+
+bfloat16, float16, float32, float8_e4m3fn and float8_e5m2 are coded; every
+other supported dtype (float64, integers, bool) is stored raw whatever codec
+is asked for. Any output is at most the raw size plus a small header
+(the encoder falls back to raw rather than expand the data).
+
+The first call loads the engine (libzipccl.so) like ``zipccl.info()`` does;
+it starts no process group and opens no socket.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Union
+
+import torch
+
+__all__ = [
+    "CODECS",
+    "CODED_DTYPES",
+    "DTYPES",
+    "ContainerInfo",
+    "bench",
+    "choose_codec",
+    "compress",
+    "decompress",
+    "estimate_ratio",
+    "inspect",
+]
+
+BytesLike = Union[bytes, bytearray, memoryview]
+
+# Codec names and their ABI codes (ZC_CODEC_* in capi/zipccl_abi.h).
+_KIND_CODES = {"raw": 0, "zip3": 1, "huff": 2, "auto": 255}
+_KIND_NAMES = {code: name for name, code in _KIND_CODES.items()}
+
+#: Codec names accepted by compress() and estimate_ratio().
+CODECS: tuple[str, ...] = ("auto", "zip3", "huff", "raw")
+
+# torch dtype -> ABI dtype code (backend/dtype, ZC_* in capi/zipccl_abi.h).
+_DTYPE_CODES: dict[torch.dtype, int] = {
+    torch.float32: 1,
+    torch.float64: 2,
+    torch.bfloat16: 3,
+    torch.float16: 4,
+    torch.int8: 5,
+    torch.uint8: 6,
+    torch.int16: 7,
+    torch.int32: 8,
+    torch.int64: 9,
+    torch.bool: 10,
+    torch.float8_e4m3fn: 11,
+    torch.float8_e5m2: 12,
+}
+_CODE_DTYPES = {code: dt for dt, code in _DTYPE_CODES.items()}
+
+#: dtypes compress() accepts.
+DTYPES: tuple[torch.dtype, ...] = tuple(_DTYPE_CODES)
+
+#: dtypes whose exponents are coded (the others are always stored raw).
+CODED_DTYPES: tuple[torch.dtype, ...] = (
+    torch.bfloat16,
+    torch.float16,
+    torch.float32,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+)
+
+
+def _C() -> Any:
+    from . import _runtime
+
+    return _runtime()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _kind_code(codec: str) -> int:
+    if not isinstance(codec, str):
+        raise TypeError(f"zipccl.codec: codec must be a str, got {type(codec).__name__}")
+    code = _KIND_CODES.get(codec.strip().lower())
+    if code is None:
+        raise ValueError(f"zipccl.codec: unknown codec {codec!r} (want one of {', '.join(CODECS)})")
+    return code
+
+
+def _check_tensor(tensor: torch.Tensor, what: str) -> torch.Tensor:
+    """The tensor as the codec needs it: a dense CPU tensor of a supported
+    dtype, detached. (Contiguity is made by the extension, without copying
+    tensors that already are.)"""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"zipccl.codec.{what}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type == "meta":
+        raise ValueError(f"zipccl.codec.{what}: a meta tensor has no data to compress")
+    if tensor.device.type != "cpu":
+        raise ValueError(
+            f"zipccl.codec.{what}: the codec runs on the CPU; got a tensor on {tensor.device} "
+            "(move it with tensor.cpu() first)"
+        )
+    if tensor.layout != torch.strided:
+        raise ValueError(
+            f"zipccl.codec.{what}: only dense (strided) tensors are supported, got {tensor.layout} "
+            "(use tensor.to_dense())"
+        )
+    if tensor.dtype not in _DTYPE_CODES:
+        raise ValueError(
+            f"zipccl.codec.{what}: unsupported dtype {_dtype_name(tensor.dtype)} (supported: "
+            + ", ".join(_dtype_name(d) for d in DTYPES)
+            + ")"
+        )
+    return tensor.detach()
+
+
+def compress(tensor: torch.Tensor, codec: str = "auto") -> bytes:
+    """Compresses a CPU tensor losslessly into bytes.
+
+    Args:
+        tensor: any dense CPU tensor of a supported dtype (see ``DTYPES``),
+            of any shape (0-d and empty included), contiguous or not (a
+            non-contiguous tensor is copied to a contiguous one first).
+        codec: ``"auto"`` (default), ``"zip3"``, ``"huff"`` or ``"raw"``.
+
+    Returns:
+        The tensor container: dtype, shape and one codec frame. Its length
+        is at most the raw size plus a small header (16 bytes of index per
+        65536 elements, 32 + 12 + 8*ndim bytes of headers, padding to 128).
+
+    Raises:
+        TypeError: tensor is not a tensor, or codec not a str.
+        ValueError: unknown codec; tensor on CUDA/meta, sparse, or of an
+            unsupported dtype (complex, quantized, uint16, ...).
+    """
+    kind = _kind_code(codec)
+    t = _check_tensor(tensor, "compress")
+    data, _used = _C()._codec_encode(t, kind)
+    return data
+
+
+def _as_buffer(data: BytesLike, what: str) -> BytesLike:
+    if isinstance(data, (bytes, bytearray)):
+        return data
+    if isinstance(data, memoryview):
+        return data if data.c_contiguous else data.tobytes()
+    raise TypeError(
+        f"zipccl.codec.{what}: expected bytes, bytearray or memoryview, got {type(data).__name__}"
+    )
+
+
+def decompress(data: BytesLike) -> torch.Tensor:
+    """Restores the tensor that :func:`compress` produced, bit for bit.
+
+    Args:
+        data: the whole output of ``compress`` (bytes, bytearray or a
+            memoryview of them); nothing may follow it.
+
+    Returns:
+        A new contiguous CPU tensor with the original dtype and shape.
+
+    Raises:
+        ValueError: the data is not a tensor container, or is truncated,
+            has trailing bytes, or is corrupted (every block's CRC-32C is
+            checked), with the codec's message.
+        TypeError: data is not a bytes-like object.
+    """
+    buf = _as_buffer(data, "decompress")
+    return _C()._codec_decode(buf)
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """What a compressed tensor's headers say (nothing decoded).
+
+    Attributes:
+        dtype: the tensor's dtype.
+        shape: the tensor's shape.
+        codec: the frame's codec as written: "raw", "zip3" or "huff"
+            ("auto" resolved; "raw" for uncoded dtypes or when coding did not
+            shrink the data).
+        raw_bytes: the decoded size, numel * element size.
+        compressed_bytes: the container's size.
+    """
+
+    dtype: torch.dtype
+    shape: torch.Size
+    codec: str
+    raw_bytes: int
+    compressed_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        """raw_bytes / compressed_bytes."""
+        return self.raw_bytes / self.compressed_bytes if self.compressed_bytes else 0.0
+
+
+def inspect(data: BytesLike) -> ContainerInfo:
+    """Reads the headers of a compressed tensor (checking their CRCs and that
+    ``data`` is exactly one container long) without decoding it.
+
+    Raises:
+        ValueError: as :func:`decompress`, for damage found in the headers
+            or a wrong length.
+    """
+    buf = _as_buffer(data, "inspect")
+    code, kind, shape, raw, total = _C()._codec_header(buf)
+    dtype = _CODE_DTYPES.get(code)
+    if dtype is None:
+        raise ValueError(f"zipccl.codec.inspect: unknown dtype code {code}")
+    return ContainerInfo(
+        dtype=dtype,
+        shape=torch.Size(shape),
+        codec=_KIND_NAMES.get(kind, f"kind{kind}"),
+        raw_bytes=int(raw),
+        compressed_bytes=int(total),
+    )
+
+
+def estimate_ratio(tensor: torch.Tensor, codec: str = "zip3") -> float:
+    """A cheap estimate (from a sample of at most 4096 elements) of the ratio
+    ``raw size / compressed size`` that ``compress(tensor, codec)`` reaches.
+
+    Uncoded dtypes (and ``"raw"``) estimate the raw frame, slightly below 1.
+    ``"auto"`` estimates the codec auto would pick. A non-contiguous tensor
+    is copied first.
+
+    Raises:
+        the same errors as :func:`compress` for bad arguments.
+    """
+    kind = _kind_code(codec)
+    t = _check_tensor(tensor, "estimate_ratio")
+    ratio, _chosen = _C()._codec_estimate(t, kind)
+    return float(ratio)
+
+
+def choose_codec(tensor: torch.Tensor) -> str:
+    """The codec ``"auto"`` picks for this tensor: "raw", "zip3" or "huff"."""
+    t = _check_tensor(tensor, "choose_codec")
+    _ratio, chosen = _C()._codec_estimate(t, _KIND_CODES["auto"])
+    return _KIND_NAMES.get(chosen, f"kind{chosen}")
+
+
+def bench(
+    tensor: torch.Tensor,
+    *,
+    codecs: tuple[str, ...] | list[str] = ("raw", "zip3", "huff", "auto"),
+    rounds: int = 5,
+    min_time_ms: float = 50.0,
+    skip_external: bool = False,
+) -> list[dict[str, Any]]:
+    """Runs the Go codec benchmark (backend/codec/codecbench) on one tensor:
+    a same-size memcpy, encode and decode of each codec, klauspost huff0 on
+    the exponent symbols and zstd on the raw bytes, all in the same run on
+    the same data, single-threaded. Returns its rows (dicts with name, op,
+    dtype, kind, bytes, encoded_bytes, ratio, gbps, cpu_gbps, vs_memcpy,
+    vs_memcpy_cpu, bits, error, note). Used by ``python -m zipccl bench
+    codec``. The GIL is released while it runs."""
+    t = _check_tensor(tensor, "bench")
+    for c in codecs:
+        _kind_code(c)
+    options = {
+        "kinds": [c.strip().lower() for c in codecs],
+        "rounds": int(rounds),
+        "min_time_ms": float(min_time_ms),
+        "skip_external": bool(skip_external),
+    }
+    return json.loads(_C()._codec_bench(t, json.dumps(options)))

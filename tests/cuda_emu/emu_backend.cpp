@@ -1,0 +1,94 @@
+// emu_backend.cpp: zc_backend over the CPU emulator. "Device memory" is host
+// memory, streams are ignored (everything runs at the call), and a launch
+// runs the same CTA bodies as the GPU (cuda/zc_kernels.h) over an emulated
+// grid. Together with cuda/zc_api.cpp this makes the whole C API run on
+// the CPU.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../cuda/zc_backend.h"
+#include "emu.h"
+
+namespace zc_backend {
+
+namespace {
+int g_sms = 2;  // emulated SMs: persistent grids of up to 2 * (CTAs per SM)
+}
+
+int device_count() { return 1; }
+
+int device_info(int device, DeviceInfo* info) {
+  if (device != 0) {
+    set_error("emulator: no device %d", device);
+    return 1;
+  }
+  info->sm_count = g_sms;
+  info->enc_ctas_per_sm = 1;
+  info->dec_ctas_per_sm = 1;
+  return 0;
+}
+
+int set_device(int) { return 0; }
+
+int memset_async(void* p, int value, size_t n, zccl_stream_t) {
+  memset(p, value, n);
+  return 0;
+}
+
+int memcpy_sync(void* dst, const void* src, size_t n, int, zccl_stream_t) {
+  memmove(dst, src, n);
+  return 0;
+}
+
+int stream_sync(zccl_stream_t) { return 0; }
+
+int dev_malloc(void** p, size_t n) {
+  *p = aligned_alloc(256, (n + 255) / 256 * 256);
+  if (*p == nullptr) {
+    set_error("emulator: out of memory");
+    return 1;
+  }
+  return 0;
+}
+
+int dev_free(void* p) {
+  free(p);
+  return 0;
+}
+
+template <class F>
+int dispatch(int dtype, F&& f) {
+  switch (dtype) {
+    case zc::DT_BF16: f(std::integral_constant<int, zc::DT_BF16>()); return 0;
+    case zc::DT_F16: f(std::integral_constant<int, zc::DT_F16>()); return 0;
+    case zc::DT_F32: f(std::integral_constant<int, zc::DT_F32>()); return 0;
+    case zc::DT_E4M3: f(std::integral_constant<int, zc::DT_E4M3>()); return 0;
+    case zc::DT_E5M2: f(std::integral_constant<int, zc::DT_E5M2>()); return 0;
+  }
+  set_error("emulator: dtype %d", dtype);
+  return 1;
+}
+
+int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t) {
+  return dispatch(dtype, [&](auto dt) {
+    zc_emu::launch((unsigned)grid, zc::kThreads, zc::enc_smem_bytes(), [&] { zc::encode_cta<decltype(dt)::value>(p); });
+  });
+}
+
+int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t) {
+  return dispatch(dtype, [&](auto dt) {
+    zc_emu::launch((unsigned)grid, zc::kThreads, zc::fb_smem_bytes(), [&] { zc::fallback_cta<decltype(dt)::value>(p); });
+  });
+}
+
+int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t) {
+  return dispatch(dtype, [&](auto dt) {
+    zc_emu::launch((unsigned)grid, zc::kThreads, smem, [&] { zc::decode_cta<decltype(dt)::value>(p); });
+  });
+}
+
+int dec_ctas_per_sm(int, size_t) { return 1; }
+
+const char* build_info() { return "cuda_emu (CPU emulation of the kernels)"; }
+
+}  // namespace zc_backend

@@ -1,0 +1,467 @@
+"""zipccl.codec: the Python API over the Go codec (compress/decompress,
+inspect, estimate_ratio), and a smoke run of ``python -m zipccl bench codec``.
+
+Round trips are checked bit for bit on the integer views of the tensors, so
+NaN payloads, signed zeros, infinities and subnormals all count.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import zipccl.codec as zc
+
+FLOAT_DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
+OTHER_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool]
+ALL_DTYPES = FLOAT_DTYPES + OTHER_DTYPES
+CODECS = ["auto", "zip3", "huff", "raw"]
+
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bit patterns of t as an integer tensor of the same shape."""
+    t = t.contiguous()
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    return t.view(_INT_VIEW[t.element_size()])
+
+
+def assert_bit_equal(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert torch.equal(bits(a), bits(b))
+
+
+def random_bits(shape, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """Every bit pattern equally likely (NaNs with payloads, infinities,
+    subnormals, -0 included)."""
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for d in shape:
+        n *= d
+    size = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (n * size,), dtype=torch.uint8, generator=g)
+    if dtype == torch.bool:
+        return (raw > 127).reshape(shape)
+    return raw.view(dtype).reshape(shape)
+
+
+def gaussian(shape, dtype: torch.dtype, sigma: float = 0.02, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g, dtype=torch.float32) * sigma
+    if dtype == torch.bool:
+        return x > 0
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        return (x * 1000).round().clamp(info.min, info.max).to(dtype)
+    return x.to(dtype)
+
+
+def roundtrip(t: torch.Tensor, codec: str) -> bytes:
+    blob = zc.compress(t, codec)
+    assert isinstance(blob, bytes)
+    back = zc.decompress(blob)
+    assert back.is_contiguous() and back.device.type == "cpu"
+    assert_bit_equal(back, t.contiguous())
+    return blob
+
+
+# --------------------------------------------------------------- round trips
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("codec", CODECS)
+def test_roundtrip_every_dtype_and_codec(dtype, codec):
+    # Sizes around the block sizes (zip3 16384, huff/raw 65536 elements).
+    for shape in [(1000,), (16384 + 3,), (3, 65536 + 5)]:
+        roundtrip(gaussian(shape, dtype), codec)
+        roundtrip(random_bits(shape, dtype, seed=1), codec)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_shapes_scalar_empty_and_many_dims(dtype):
+    for shape in [(), (0,), (5, 0, 3), (1,), (1, 1, 1), (2, 3, 4, 5, 6), (7,) * 1 + (1,) * 20]:
+        t = random_bits(shape, dtype, seed=2)
+        for codec in CODECS:
+            blob = roundtrip(t, codec)
+            info = zc.inspect(blob)
+            assert info.shape == t.shape and info.dtype == dtype
+            assert info.compressed_bytes == len(blob)
+            assert info.raw_bytes == t.numel() * t.element_size()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16, torch.int64, torch.float8_e5m2],
+                         ids=str)
+def test_non_contiguous(dtype):
+    base = gaussian((300, 200), dtype, seed=3)
+    views = [
+        base.t(),                      # transposed
+        base[::3, 1::2],               # strided slices
+        base[:, 5],                    # a column
+        base.unsqueeze(0).expand(4, 300, 200),  # zero strides
+        base[10:20].flip(0),           # negative step via flip (a copy) of a view
+    ]
+    for v in views:
+        for codec in ("auto", "zip3", "huff"):
+            blob = zc.compress(v, codec)
+            back = zc.decompress(blob)
+            assert back.shape == v.shape
+            assert_bit_equal(back, v.contiguous())
+
+
+def test_parameter_requires_grad_and_neg_view():
+    p = torch.nn.Parameter(gaussian((64, 64), torch.float32))
+    assert_bit_equal(zc.decompress(zc.compress(p)), p.detach())
+    x = gaussian((1000,), torch.float32)
+    neg = torch._neg_view(x)
+    assert neg.is_neg()
+    assert_bit_equal(zc.decompress(zc.compress(neg, "zip3")), -x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=str)
+def test_special_values_bit_exact(dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    ity = _INT_VIEW[size]
+    nbits = 8 * size
+    exp_bits = {2: 8 if dtype == torch.bfloat16 else 5, 4: 8, 8: 11}[size]
+    mant = nbits - 1 - exp_bits
+    sign = 1 << (nbits - 1)
+    expmask = ((1 << exp_bits) - 1) << mant
+
+    def s(v: int) -> int:  # to the signed value of the integer view
+        return v - (1 << nbits) if v >= 1 << (nbits - 1) else v
+
+    patterns = [
+        0, sign,                           # +0, -0
+        expmask, expmask | sign,           # +-inf
+        expmask | 1, expmask | 1 | sign,   # signalling NaNs with payload 1
+        expmask | (1 << (mant - 1)),       # quiet NaN
+        expmask | ((1 << mant) - 1),       # NaN, all payload bits
+        expmask | (1 << (mant - 1)) | 0x5 | sign,  # negative NaN with payload
+        1, 1 | sign, (1 << mant) - 1,      # subnormals
+        1 << mant,                         # smallest normal
+        expmask - 1,                       # largest finite
+    ]
+    special = torch.tensor([s(p) for p in patterns], dtype=ity).view(dtype)
+    # Specials scattered through Gaussian data, so the coded paths (not a
+    # raw fallback) carry them as escapes.
+    data = gaussian((50_000,), dtype, seed=4)
+    idx = torch.randperm(data.numel(), generator=torch.Generator().manual_seed(5))[: 20 * len(patterns)]
+    data_bits = bits(data).clone()
+    data_bits[idx] = bits(special).repeat(20)
+    data = data_bits.view(dtype)
+    for codec in CODECS:
+        blob = roundtrip(data, codec)
+        if dtype != torch.float64 and codec in ("zip3", "huff"):
+            assert zc.inspect(blob).codec == codec  # still coded, not stored raw
+        roundtrip(special, codec)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2], ids=str)
+def test_float8_all_bit_patterns(dtype):
+    every = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+    data = every.repeat(300)[torch.randperm(256 * 300, generator=torch.Generator().manual_seed(6))]
+    for codec in CODECS:
+        roundtrip(data, codec)
+        roundtrip(every, codec)
+
+
+def test_codec_names_and_kinds():
+    t = gaussian((100_000,), torch.bfloat16)
+    kinds = {c: zc.inspect(zc.compress(t, c)).codec for c in CODECS}
+    assert kinds["zip3"] == "zip3" and kinds["huff"] == "huff" and kinds["raw"] == "raw"
+    assert kinds["auto"] in ("zip3", "huff")
+    assert kinds["auto"] == zc.choose_codec(t)
+    # case and surrounding blanks do not matter
+    assert zc.inspect(zc.compress(t, " HUFF ")).codec == "huff"
+    # uncoded dtypes are framed raw whatever is asked
+    for c in CODECS:
+        assert zc.inspect(zc.compress(torch.arange(1000), c)).codec == "raw"
+        assert zc.inspect(zc.compress(gaussian((1000,), torch.float64), c)).codec == "raw"
+
+
+def test_incompressible_never_expands_beyond_header():
+    for dtype in (torch.bfloat16, torch.float32, torch.float16, torch.float8_e4m3fn):
+        t = random_bits((200_000,), dtype, seed=7)
+        raw = t.numel() * t.element_size()
+        for codec in CODECS:
+            blob = zc.compress(t, codec)
+            # container header (12 + 8*ndim) + frame header 32 + index (16 B
+            # per 65536 elements) + padding to 128
+            assert len(blob) <= raw + 12 + 8 + 32 + 128 + 16 * (t.numel() // 65536 + 1) + 128, (dtype, codec)
+
+
+def test_bytes_like_inputs():
+    t = gaussian((5000,), torch.bfloat16)
+    blob = zc.compress(t, "huff")
+    assert_bit_equal(zc.decompress(bytearray(blob)), t)
+    assert_bit_equal(zc.decompress(memoryview(blob)), t)
+    padded = b"\x00" * 7 + blob + b"\x00" * 9
+    assert_bit_equal(zc.decompress(memoryview(padded)[7:-9]), t)
+    # a non-contiguous memoryview is accepted (copied)
+    doubled = bytes(b for pair in zip(blob, blob) for b in pair)
+    assert_bit_equal(zc.decompress(memoryview(doubled)[::2]), t)
+    assert zc.inspect(memoryview(blob)).compressed_bytes == len(blob)
+    with pytest.raises(TypeError):
+        zc.decompress("not bytes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        zc.decompress(t)  # type: ignore[arg-type]
+
+
+def test_decompressed_tensor_is_independent_of_input_buffer():
+    t = gaussian((10_000,), torch.float32)
+    buf = bytearray(zc.compress(t, "raw"))
+    out = zc.decompress(buf)
+    buf[-200:] = b"\xff" * 200  # mutate the buffer afterwards
+    assert_bit_equal(out, t)
+
+
+# --------------------------------------------------------------- errors
+
+
+def test_argument_errors():
+    t = gaussian((100,), torch.float32)
+    with pytest.raises(ValueError, match="unknown codec"):
+        zc.compress(t, "lz4")
+    with pytest.raises(TypeError):
+        zc.compress(t, 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        zc.compress([1.0, 2.0])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="complex"):
+        zc.compress(torch.zeros(4, dtype=torch.complex64))
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        zc.compress(torch.zeros(4, dtype=torch.uint16))
+    with pytest.raises(ValueError, match="meta"):
+        zc.compress(torch.empty(4, device="meta"))
+    with pytest.raises(ValueError, match="strided"):
+        zc.compress(torch.eye(3).to_sparse())
+    with pytest.raises(ValueError, match="unknown codec"):
+        zc.estimate_ratio(t, "zstd")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensor_is_rejected():
+    with pytest.raises(ValueError, match="CPU"):
+        zc.compress(torch.zeros(4, device="cuda"))
+
+
+CORRUPTION_CASES = [(torch.bfloat16, "zip3"), (torch.bfloat16, "huff"), (torch.float32, "zip3"),
+                    (torch.float32, "huff"), (torch.float16, "huff"), (torch.float16, "zip3"),
+                    (torch.float8_e4m3fn, "zip3"), (torch.float8_e5m2, "huff"), (torch.bfloat16, "raw"),
+                    (torch.int32, "auto")]
+
+
+def _corruption_input(dtype: torch.dtype, codec: str) -> tuple[torch.Tensor, bytes]:
+    x = gaussian((3, 700), torch.float32, seed=8)
+    x.view(-1)[::97] *= 1000  # outliers, so the dynamic parts hold escapes
+    t = x.to(dtype) if dtype.is_floating_point else (x * 1000).round().to(dtype)
+    return t, zc.compress(t, codec)
+
+
+@pytest.mark.parametrize("dtype,codec", CORRUPTION_CASES, ids=str)
+def test_every_single_byte_corruption_raises(dtype, codec):
+    """Flipping any one byte of a container (headers, index, static and
+    dynamic parts, padding) must raise ValueError, never return a wrong
+    tensor.
+
+    One documented exception: the block CRCs cover the decoded data, not the
+    coded bytes (docs/FORMAT.md 2.1), so a flip inside a huff table that only
+    changes the code length of a symbol the block does not use (a different
+    but valid table, coding the same symbols the same way) decodes to the
+    very same tensor. That is accepted (it is not a wrong tensor) as long as
+    it stays such a rare, table-only case."""
+    tensor, blob = _corruption_input(dtype, codec)
+    assert_bit_equal(zc.decompress(blob), tensor)
+    benign = []
+    for i in range(len(blob)):
+        for flip in (0x01, 0x80, 0xFF):
+            bad = bytearray(blob)
+            bad[i] ^= flip
+            try:
+                out = zc.decompress(bad)
+            except ValueError:
+                continue
+            assert_bit_equal(out, tensor)  # never a wrong tensor
+            benign.append(i)
+    if codec != "huff" or not dtype.is_floating_point:
+        assert not benign, f"undetected flips at {benign}"
+    else:
+        assert len(benign) <= 16, f"{len(benign)} undetected flips at {benign}"
+        assert max(benign) - min(benign) < 64, benign  # all within one table
+
+
+@pytest.mark.parametrize("dtype,codec", CORRUPTION_CASES[:4], ids=str)
+def test_truncation_and_trailing_bytes_raise(dtype, codec):
+    _tensor, blob = _corruption_input(dtype, codec)
+    for n in range(len(blob)):
+        with pytest.raises(ValueError):
+            zc.decompress(blob[:n])
+        with pytest.raises(ValueError):
+            zc.inspect(blob[:n])
+    for extra in (b"\x00", b"\x00" * 128, b"junk"):
+        with pytest.raises(ValueError, match="after the frame"):
+            zc.decompress(blob + extra)
+
+
+def test_corruption_of_large_tensor_raises_with_codec_message():
+    t = gaussian((300_000,), torch.bfloat16, seed=9)
+    for codec in ("zip3", "huff", "raw"):
+        blob = zc.compress(t, codec)
+        g = torch.Generator().manual_seed(10)
+        hdr = 12 + 8 + 32
+        for pos in torch.randint(hdr, len(blob), (40,), generator=g).tolist():
+            bad = bytearray(blob)
+            bad[pos] ^= 0x10
+            with pytest.raises(ValueError, match="codec:"):
+                zc.decompress(bad)
+        bad = bytearray(blob)
+        bad[0] = ord("X")
+        with pytest.raises(ValueError, match="magic"):
+            zc.decompress(bad)
+        with pytest.raises(ValueError, match="truncated"):
+            zc.decompress(blob[: len(blob) // 2])
+
+
+def test_garbage_inputs_raise():
+    g = torch.Generator().manual_seed(11)
+    for n in (0, 1, 11, 12, 50, 1000):
+        junk = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g).numpy().tobytes()
+        with pytest.raises(ValueError):
+            zc.decompress(junk)
+        with pytest.raises(ValueError):
+            zc.decompress(b"ZCCT" + junk)
+
+
+# --------------------------------------------------------------- ratios
+
+
+def test_ratio_goals_gaussian_bf16():
+    """N(0, 0.02^2) bf16, 1M elements: zip3 >= 1.40x, huff >= 1.48x."""
+    t = gaussian((1 << 20,), torch.bfloat16, sigma=0.02, seed=12)
+    raw = t.numel() * 2
+    z = raw / len(zc.compress(t, "zip3"))
+    h = raw / len(zc.compress(t, "huff"))
+    assert z >= 1.40, z
+    assert h >= 1.48, h
+    # the estimates are close to the truth
+    assert abs(zc.estimate_ratio(t, "zip3") - z) / z < 0.03
+    assert abs(zc.estimate_ratio(t, "huff") - h) / h < 0.03
+    assert zc.estimate_ratio(t, "raw") <= 1.0
+
+
+def test_estimate_ratio_other_inputs():
+    assert zc.estimate_ratio(torch.arange(1000), "huff") <= 1.0  # uncoded dtype
+    assert zc.estimate_ratio(random_bits((100_000,), torch.bfloat16), "auto") <= 1.01
+    assert 0 < zc.estimate_ratio(torch.zeros(0, dtype=torch.bfloat16)) <= 1.0
+    assert zc.estimate_ratio(gaussian((4, 5000), torch.float32).t()) > 1.1  # non-contiguous
+
+
+# --------------------------------------------------------------- process
+
+
+def test_no_process_group_started():
+    import torch.distributed as dist
+
+    zc.decompress(zc.compress(gaussian((1000,), torch.bfloat16)))
+    assert not (dist.is_available() and dist.is_initialized())
+
+
+def test_concurrent_threads():
+    tensors = [gaussian((200_000,), dt, seed=i) for i, dt in
+               enumerate([torch.bfloat16, torch.float32, torch.float16, torch.bfloat16] * 2)]
+    errors: list[BaseException] = []
+
+    def work(t: torch.Tensor, codec: str) -> None:
+        try:
+            for _ in range(3):
+                assert_bit_equal(zc.decompress(zc.compress(t, codec)), t)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t, CODECS[i % 4])) for i, t in enumerate(tensors)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
+def test_gil_released_for_large_tensors():
+    """Another Python thread keeps running while a large tensor is coded."""
+    t = gaussian((24 << 20,), torch.bfloat16, seed=13)  # 48 MiB
+    blob = zc.compress(t, "huff")
+    for call in (lambda: zc.compress(t, "huff"), lambda: zc.decompress(blob)):
+        inside = threading.Event()
+        done = threading.Event()
+
+        def worker() -> None:
+            inside.set()
+            call()
+            done.set()
+
+        th = threading.Thread(target=worker)
+        th.start()
+        inside.wait()
+        spins = 0
+        while not done.is_set():
+            spins += 1
+        th.join()
+        # With the GIL held for the whole call this loop would get a few
+        # switch intervals at most; released, it spins all along.
+        assert spins > 10_000, spins
+
+
+# --------------------------------------------------------------- bench CLI
+
+
+def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    src = os.path.dirname(os.path.dirname(os.path.abspath(zc.__file__)))
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "zipccl", "bench", "codec", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+QUICK = ["--data", "gaussian", "--sigmas", "0.01", "--dtypes", "bfloat16,float32", "--size-mib", "0.25",
+         "--rounds", "1", "--min-time-ms", "1"]
+
+
+def test_bench_codec_smoke(tmp_path):
+    csv_path = tmp_path / "codec.csv"
+    p = _run_cli(*QUICK, "--csv", str(csv_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    for needle in ("memcpy", "zip3", "huff", "auto", "huff0-4x", "zstd-fastest", "entropy bound", "goals"):
+        assert needle in out, out
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    names = {(r["dtype"], r["name"], r["op"]) for r in rows}
+    for dt in ("bfloat16", "float32"):
+        for want in [("memcpy", "copy"), ("zip3", "encode"), ("zip3", "decode"), ("huff", "decode"),
+                     ("huff0-4x", "encode"), ("zstd-fastest", "decode"), ("entropy", "bound")]:
+            assert (dt, *want) in names, (dt, want)
+    assert not any(r["error"] for r in rows)
+
+
+def test_bench_codec_json():
+    p = _run_cli(*QUICK, "--dtypes", "float16", "--codecs", "zip3,huff", "--skip-external", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert len(doc["datasets"]) == 1
+    ds = doc["datasets"][0]
+    assert ds["dtype"] == "float16" and ds["group"] == "gaussian"
+    names = {r["name"] for r in ds["rows"]}
+    assert {"memcpy", "zip3", "huff", "entropy"} <= names
+    assert not names & {"huff0-4x", "zstd-fastest", "raw", "auto"}
+    for r in ds["rows"]:
+        if r["name"] in ("zip3", "huff"):
+            assert r["ratio"] > 1.05 and r["gbps"] > 0
