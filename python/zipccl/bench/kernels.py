@@ -1,0 +1,358 @@
+"""``python -m zipccl bench kernels``: GB/s of the CUDA codec kernels.
+
+Loads ``libzipccl_cuda.so`` (cuda/, built by ``make cuda``) with ctypes and,
+on torch CUDA tensors, times in one run and on the same data:
+
+* a device-to-device copy (``dst.copy_(src)``, torch), the reference;
+* zip3 encode of the tensor into one frame;
+* zip3 decode of that frame;
+* fused decode+reduce of ``--sources`` frames (SUM in float32, rounded once).
+
+GB/s counts the tensor's raw (uncompressed) bytes per second: for the copy
+the bytes copied, for encode the bytes read, for decode the bytes written,
+for decode+reduce the raw bytes of all sources decoded. Each result is
+checked (decode is bit-identical to the input, decode+reduce to torch's
+float32 sum in rank order) before it is timed. Without a GPU it prints
+"no GPU: kernel benchmark skipped" and exits 0.
+
+The module also holds ``KernelLib``, the small ctypes wrapper that
+tests/test_gpu.py uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+from typing import Any, Optional, Sequence
+
+import torch
+
+DTYPE_CODES = {
+    torch.float32: 1,
+    torch.bfloat16: 3,
+    torch.float16: 4,
+    torch.float8_e4m3fn: 11,
+    torch.float8_e5m2: 12,
+}
+SRC_FRAME, SRC_SPLIT_ZIP3, SRC_SPLIT_RAW, SRC_PLAIN = 0, 1, 2, 3
+OP_SUM, OP_PRODUCT = 0, 2
+FLAG_SYNC = 1
+STATUS_NAMES = {
+    0: "ok", 1: "invalid", 2: "cuda", 3: "unsupported", 4: "corrupt", 5: "truncated",
+    6: "checksum", 7: "version", 8: "size", 9: "dtype", 10: "kind", 11: "nomem",
+}
+_NAMES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+          "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
+
+
+def find_library() -> Optional[str]:
+    """$ZIPCCL_CUDA_LIB, else libzipccl_cuda.so next to the package, else the
+    repository's build/cuda/ (make cuda)."""
+    env = os.environ.get("ZIPCCL_CUDA_LIB")
+    if env:
+        return env if os.path.exists(env) else None
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for cand in (os.path.join(here, "libzipccl_cuda.so"),
+                 os.path.join(here, "..", "..", "build", "cuda", "libzipccl_cuda.so")):
+        if os.path.exists(cand):
+            return os.path.normpath(cand)
+    return None
+
+
+class ZcclError(RuntimeError):
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{STATUS_NAMES.get(status, status)}: {message}")
+        self.status = status
+        self.name = STATUS_NAMES.get(status, str(status))
+
+
+class Source(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("len", ctypes.c_int64)]
+
+
+def _i64s(values: Sequence[int]) -> Any:
+    return (ctypes.c_int64 * max(1, len(values)))(*values)
+
+
+class KernelLib:
+    """ctypes access to libzipccl_cuda.so for torch CUDA tensors.
+
+    emulated=True loads the CPU emulation of the same C API instead
+    (build/cuda_emu/libzipccl_cuda_emu.so, ``make -C tests/cuda_emu lib``):
+    "device" tensors are then CPU tensors and the kernels run on the
+    emulated grid, which lets the ctypes layer be tested without a GPU."""
+
+    def __init__(self, path: Optional[str] = None, device: Optional[int] = None, emulated: bool = False):
+        path = path or (None if emulated else find_library())
+        if path is None:
+            raise FileNotFoundError("libzipccl_cuda.so not found (run `make cuda`, or set ZIPCCL_CUDA_LIB)")
+        self.path = path
+        lib = ctypes.CDLL(path)
+        self.lib = lib
+        P, I64, I, U = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint
+        PI64 = ctypes.POINTER(ctypes.c_int64)
+        sig = {
+            "zccl_build_info": (ctypes.c_char_p, []),
+            "zccl_last_error": (ctypes.c_char_p, []),
+            "zccl_device_count": (I, []),
+            "zccl_ctx_create": (I, [I, ctypes.POINTER(P)]),
+            "zccl_ctx_destroy": (None, [P]),
+            "zccl_zip3_static_len": (I64, [I, I64]),
+            "zccl_zip3_max_dynamic_len": (I64, [I, I64]),
+            "zccl_max_frame_len": (I64, [I, I64]),
+            "zccl_frame_slots": (I, [I, PI64, I, PI64]),
+            "zccl_encode_workspace_size": (I64, [I, PI64, I]),
+            "zccl_decode_workspace_size": (I64, [I, PI64, I]),
+            "zccl_reduce_workspace_size": (I64, [I, I64, I]),
+            "zccl_encode_frames": (I, [P, I, P, PI64, I, P, PI64, P, P, I64, P, U]),
+            "zccl_encode_split": (I, [P, I, P, PI64, I, P, PI64, P, PI64, P, P, I64, P, U]),
+            "zccl_decode_frames": (I, [P, I, P, PI64, PI64, PI64, I, P, P, I64, P, U]),
+            "zccl_decode_split": (I, [P, I, I, P, PI64, P, PI64, PI64, PI64, I, P, P, I64, P, U]),
+            "zccl_decode_reduce": (I, [P, I, I, ctypes.POINTER(Source), I, I64, P, P, I64, P, U]),
+            "zccl_workspace_status": (I, [P, P, P, ctypes.c_char_p, ctypes.c_size_t]),
+        }
+        for name, (res, args) in sig.items():
+            fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+        self.emulated = emulated
+        if emulated:
+            self.device, self.dev = 0, torch.device("cpu")
+        else:
+            self.device = torch.cuda.current_device() if device is None else device
+            self.dev = torch.device(f"cuda:{self.device}")
+        ctx = ctypes.c_void_p()
+        self._check(lib.zccl_ctx_create(self.device, ctypes.byref(ctx)))
+        self.ctx = ctx
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            self.lib.zccl_ctx_destroy(self.ctx)
+            self.ctx = None
+
+    def build_info(self) -> str:
+        return self.lib.zccl_build_info().decode()
+
+    def _check(self, status: int) -> None:
+        if status != 0:
+            raise ZcclError(status, self.lib.zccl_last_error().decode(errors="replace"))
+
+    def _stream(self) -> ctypes.c_void_p:
+        if self.emulated:
+            return ctypes.c_void_p(None)
+        return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def status(self, ws: torch.Tensor) -> tuple[int, str]:
+        msg = ctypes.create_string_buffer(256)
+        st = self.lib.zccl_workspace_status(self.ctx, ws.data_ptr(), self._stream(), msg, 256)
+        return st, msg.value.decode(errors="replace")
+
+    def workspace(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(max(16, nbytes), dtype=torch.uint8, device=self.dev)
+
+    # ---- encode
+
+    def slots(self, dtype: torch.dtype, counts: Sequence[int]) -> list[int]:
+        offs = (ctypes.c_int64 * (len(counts) + 1))()
+        self._check(self.lib.zccl_frame_slots(DTYPE_CODES[dtype], _i64s(counts), len(counts), offs))
+        return list(offs)
+
+    def encode_call(self, src: torch.Tensor, counts: Sequence[int], out: torch.Tensor, offsets: Sequence[int],
+                    lens: torch.Tensor, ws: torch.Tensor, sync: bool = False) -> Any:
+        """A prepared zccl_encode_frames call (arguments converted once): calling
+        the result enqueues the kernels on the current stream."""
+        args = (self.ctx, DTYPE_CODES[src.dtype], src.data_ptr(), _i64s(counts), len(counts), out.data_ptr(),
+                _i64s(offsets), lens.data_ptr(), ws.data_ptr(), ws.numel(), self._stream(), FLAG_SYNC if sync else 0)
+        fn, check = self.lib.zccl_encode_frames, self._check
+        return lambda: check(fn(*args))
+
+    def encode_into(self, src: torch.Tensor, counts: Sequence[int], out: torch.Tensor, offsets: Sequence[int],
+                    lens: torch.Tensor, ws: torch.Tensor, sync: bool = False) -> None:
+        """Raw call: src's elements cut into chunks, frames at out + offsets; no host copies."""
+        self.encode_call(src, counts, out, offsets, lens, ws, sync)()
+
+    def encode(self, src: torch.Tensor, counts: Optional[Sequence[int]] = None) -> list[bytes]:
+        """Encodes a contiguous CUDA tensor (cut into chunks) and returns the frames."""
+        src = src.contiguous().view(-1)
+        counts = list(counts) if counts is not None else [src.numel()]
+        assert sum(counts) == src.numel()
+        offs = self.slots(src.dtype, counts)
+        out = torch.empty(max(1, offs[-1]), dtype=torch.uint8, device=src.device)
+        lens = torch.empty(max(1, len(counts)), dtype=torch.int64, device=src.device)
+        ws = self.workspace(self.lib.zccl_encode_workspace_size(DTYPE_CODES[src.dtype], _i64s(counts), len(counts)))
+        self.encode_into(src, counts, out, offs, lens, ws, sync=True)
+        host, lens_h = out.cpu(), lens.cpu().tolist()
+        return [bytes(host[offs[k]:offs[k] + lens_h[k]].numpy().tobytes()) for k in range(len(counts))]
+
+    def encode_split(self, src: torch.Tensor) -> tuple[bytes, bytes]:
+        src = src.contiguous().view(-1)
+        code, n = DTYPE_CODES[src.dtype], src.numel()
+        st = torch.empty(max(1, self.lib.zccl_zip3_static_len(code, n)), dtype=torch.uint8, device=src.device)
+        dyn = torch.empty(max(1, self.lib.zccl_zip3_max_dynamic_len(code, n)), dtype=torch.uint8, device=src.device)
+        dl = torch.empty(1, dtype=torch.int64, device=src.device)
+        ws = self.workspace(self.lib.zccl_encode_workspace_size(code, _i64s([n]), 1))
+        self._check(self.lib.zccl_encode_split(
+            self.ctx, code, src.data_ptr(), _i64s([n]), 1, st.data_ptr(), _i64s([0]), dyn.data_ptr(), _i64s([0]),
+            dl.data_ptr(), ws.data_ptr(), ws.numel(), self._stream(), FLAG_SYNC))
+        sl = self.lib.zccl_zip3_static_len(code, n)
+        return bytes(st.cpu()[:sl].numpy().tobytes()), bytes(dyn.cpu()[:int(dl.item())].numpy().tobytes())
+
+    # ---- decode
+
+    def decode(self, frames: Sequence[bytes], counts: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """Decodes frames (host bytes) into one CUDA tensor of sum(counts) elements."""
+        dev = self.dev
+        offs, total = [], 0
+        for f in frames:
+            offs.append(total)
+            total += (len(f) + 127) // 128 * 128
+        buf = torch.zeros(max(1, total), dtype=torch.uint8)
+        for o, f in zip(offs, frames):
+            if f:
+                buf[o:o + len(f)] = torch.frombuffer(bytearray(f), dtype=torch.uint8)
+        dbuf = buf.to(dev)
+        dst = torch.empty(sum(counts), dtype=dtype, device=dev)
+        ws = self.workspace(self.lib.zccl_decode_workspace_size(DTYPE_CODES[dtype], _i64s(counts), len(counts)))
+        self._check(self.lib.zccl_decode_frames(
+            self.ctx, DTYPE_CODES[dtype], dbuf.data_ptr(), _i64s(offs), _i64s([len(f) for f in frames]),
+            _i64s(counts), len(counts), dst.data_ptr(), ws.data_ptr(), ws.numel(), self._stream(), FLAG_SYNC))
+        return dst
+
+    def decode_reduce_call(self, sources: Sequence[Source], numel: int, dst: torch.Tensor, ws: torch.Tensor,
+                           op: int = OP_SUM, sync: bool = False) -> Any:
+        """A prepared zccl_decode_reduce call (see encode_call)."""
+        arr = (Source * len(sources))(*sources)
+        args = (self.ctx, DTYPE_CODES[dst.dtype], op, arr, len(sources), numel, dst.data_ptr(), ws.data_ptr(),
+                ws.numel(), self._stream(), FLAG_SYNC if sync else 0)
+        fn, check = self.lib.zccl_decode_reduce, self._check
+        return lambda: check(fn(*args))
+
+    def decode_reduce_into(self, sources: Sequence[Source], numel: int, dst: torch.Tensor, ws: torch.Tensor,
+                           op: int = OP_SUM, sync: bool = False) -> None:
+        self.decode_reduce_call(sources, numel, dst, ws, op, sync)()
+
+    def decode_reduce(self, frames: Sequence[bytes], numel: int, dtype: torch.dtype, op: int = OP_SUM,
+                      plain: Optional[dict[int, torch.Tensor]] = None) -> torch.Tensor:
+        """Reduces frames (host bytes) in rank order; plain[r] replaces source r by a CUDA tensor."""
+        dev = self.dev
+        keep, srcs = [], []
+        for r, f in enumerate(frames):
+            if plain and r in plain:
+                t = plain[r].contiguous()
+                keep.append(t)
+                srcs.append(Source(SRC_PLAIN, t.data_ptr(), None, 0))
+                continue
+            t = torch.frombuffer(bytearray(f), dtype=torch.uint8).to(dev)
+            keep.append(t)
+            srcs.append(Source(SRC_FRAME, t.data_ptr(), None, len(f)))
+        dst = torch.empty(numel, dtype=dtype, device=dev)
+        ws = self.workspace(self.lib.zccl_reduce_workspace_size(DTYPE_CODES[dtype], numel, len(srcs)))
+        self.decode_reduce_into(srcs, numel, dst, ws, op=op, sync=True)
+        return dst
+
+
+# ---------------------------------------------------------------- the benchmark
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sizes-mib", default="1,16,64,256", help="tensor sizes in MiB (default 1,16,64,256)")
+    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
+    p.add_argument("--sigma", type=float, default=0.02, help="std of the Gaussian data (default 0.02)")
+    p.add_argument("--sources", type=int, default=4, help="frames reduced by decode+reduce (default 4)")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
+    p.add_argument("--csv", default=None, help="also write the results to this CSV file")
+
+
+def _time(fn: Any, iters: int, warmup: int) -> float:
+    """Mean seconds per call, by CUDA events around `iters` calls."""
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
+
+
+def run(args: argparse.Namespace) -> int:
+    if not torch.cuda.is_available():
+        print("no GPU: kernel benchmark skipped (torch.cuda.is_available() is False)")
+        return 0
+    path = find_library()
+    if path is None:
+        print("kernel benchmark: libzipccl_cuda.so not found; run `make cuda` (or set ZIPCCL_CUDA_LIB)")
+        return 1
+    dtype = _NAMES.get(args.dtype.lower())
+    if dtype is None:
+        raise SystemExit(f"bench kernels: unknown dtype {args.dtype!r}")
+    k = KernelLib(path)
+    dev = torch.device(f"cuda:{k.device}")
+    code = DTYPE_CODES[dtype]
+    esize = torch.empty(0, dtype=dtype).element_size()
+    print(f"kernel benchmark on {torch.cuda.get_device_name(dev)}: {k.build_info()}")
+    print(f"{args.dtype}, N(0, {args.sigma}^2) data, decode+reduce of {args.sources} frames (SUM); "
+          "GB/s = raw tensor bytes per second (decode+reduce: all sources' raw bytes)")
+    header = (f"{'size':>8} {'ratio':>6} {'copy GB/s':>10} {'encode GB/s':>16} {'decode GB/s':>16} "
+              f"{'dec+reduce GB/s':>18}")
+    print(header)
+    rows = []
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(1234)
+    for mib in [float(s) for s in args.sizes_mib.split(",") if s.strip()]:
+        n = int(mib * (1 << 20)) // esize
+        srcs = [(torch.randn(n, device=dev, generator=gen) * args.sigma).to(dtype) for _ in range(args.sources)]
+        x = srcs[0]
+        nbytes = n * esize
+        # copy
+        y = torch.empty_like(x)
+        t_copy = _time(lambda: y.copy_(x), args.iters, args.warmup)
+        # encode
+        counts = [n]
+        offs = k.slots(dtype, counts)
+        frames = [torch.empty(offs[-1], dtype=torch.uint8, device=dev) for _ in srcs]
+        lens = torch.empty(args.sources, dtype=torch.int64, device=dev)
+        ws = k.workspace(max(k.lib.zccl_encode_workspace_size(code, _i64s(counts), 1),
+                             k.lib.zccl_decode_workspace_size(code, _i64s(counts), 1),
+                             k.lib.zccl_reduce_workspace_size(code, n, args.sources)))
+        for i, s in enumerate(srcs):
+            k.encode_into(s, counts, frames[i], offs, lens[i:i + 1], ws, sync=True)
+        flen = lens.cpu().tolist()
+        t_enc = _time(k.encode_call(x, counts, frames[0], offs, lens[0:1], ws), args.iters, args.warmup)
+        # decode (checked first)
+        out = torch.empty_like(x)
+        fsrc = Source(SRC_FRAME, frames[0].data_ptr(), None, flen[0])
+        k.decode_reduce_into([fsrc], n, out, ws, sync=True)
+        if not torch.equal(out.view(torch.uint8), x.view(torch.uint8)):
+            print(f"{mib:g} MiB: decode is NOT bit-identical to the input")
+            return 1
+        t_dec = _time(k.decode_reduce_call([fsrc], n, out, ws), args.iters, args.warmup)
+        # decode + reduce (checked against torch's float32 sum in rank order)
+        sources = [Source(SRC_FRAME, frames[i].data_ptr(), None, flen[i]) for i in range(args.sources)]
+        k.decode_reduce_into(sources, n, out, ws, sync=True)
+        acc = srcs[0].float()
+        for s in srcs[1:]:
+            acc = acc + s.float()
+        if not torch.equal(out.view(torch.uint8), acc.to(dtype).view(torch.uint8)):
+            print(f"{mib:g} MiB: decode+reduce differs from torch's float32 sum")
+            return 1
+        t_red = _time(k.decode_reduce_call(sources, n, out, ws), args.iters, args.warmup)
+        gbs = lambda b, t: b / t / 1e9  # noqa: E731
+        copy, enc, dec = gbs(nbytes, t_copy), gbs(nbytes, t_enc), gbs(nbytes, t_dec)
+        red = gbs(nbytes * args.sources, t_red)
+        ratio = nbytes / flen[0]
+        rows.append((mib, ratio, copy, enc, dec, red))
+        print(f"{mib:>5g} MiB {ratio:>6.3f} {copy:>10.1f} {enc:>9.1f} ({enc / copy:4.0%}) {dec:>9.1f} ({dec / copy:4.0%}) "
+              f"{red:>11.1f} ({red / copy:4.0%})")
+        del srcs, frames, out, y, ws
+        torch.cuda.empty_cache()
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write("size_mib,dtype,ratio,copy_gbs,encode_gbs,decode_gbs,decode_reduce_gbs,sources\n")
+            for r in rows:
+                f.write(f"{r[0]:g},{args.dtype},{r[1]:.4f},{r[2]:.1f},{r[3]:.1f},{r[4]:.1f},{r[5]:.1f},{args.sources}\n")
+    k.close()
+    return 0

@@ -1,0 +1,115 @@
+"""The benchmarked collectives as (prepare, call, result) on one group.
+
+``prepare`` restores what the previous call overwrote and is not timed:
+all_reduce works in place, and summing a buffer into itself 4x per call
+would reach inf in bfloat16 within a few dozen calls, which would change
+what a codec sees. ``call`` is the timed collective, blocking until done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .specs import OpSpec
+
+
+@dataclass
+class Bound:
+    """One op on one group with its buffers."""
+
+    prepare: Callable[[], None]
+    call: Callable[[], None]
+    result: torch.Tensor  # what to compare across backends
+
+
+def count_for(spec: OpSpec, size: int, itemsize: int) -> int:
+    """nccl-tests' count column: elements of the size buffer."""
+    return size // itemsize
+
+
+def bind(spec: OpSpec, group, inp: torch.Tensor, rank: int, world_size: int) -> Bound:
+    """Buffers and closures for spec on group; inp is this rank's input in
+    the op's input layout (see specs: size conventions)."""
+    n = world_size
+    name = spec.name
+    if name == "all_reduce":
+        buf = torch.empty_like(inp)
+
+        def prepare() -> None:
+            buf.copy_(inp)
+
+        return Bound(prepare, lambda: dist.all_reduce(buf, group=group), buf)
+    if name == "all_gather":
+        out = torch.empty(inp.numel() * n, dtype=inp.dtype)
+        return Bound(_noop, lambda: dist.all_gather_into_tensor(out, inp, group=group), out)
+    if name == "reduce_scatter":
+        out = torch.empty(inp.numel() // n, dtype=inp.dtype)
+        return Bound(_noop, lambda: dist.reduce_scatter_tensor(out, inp, group=group), out)
+    if name == "all_to_all":
+        out = torch.empty_like(inp)
+        return Bound(_noop, lambda: dist.all_to_all_single(out, inp, group=group), out)
+    if name == "broadcast":
+        buf = inp.clone()
+
+        def prepare_bcast() -> None:
+            if rank != 0:
+                buf.zero_()  # cheap insurance that the data really arrived
+
+        return Bound(prepare_bcast, lambda: dist.broadcast(buf, src=0, group=group), buf)
+    if name == "send_recv":
+        out = torch.empty_like(inp)
+        peers = ((rank + 1) % n, (rank - 1) % n)
+
+        def call() -> None:
+            ops = [dist.P2POp(dist.isend, inp, peers[0], group=group),
+                   dist.P2POp(dist.irecv, out, peers[1], group=group)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+        return Bound(_noop, call, out)
+    raise ValueError(f"unknown op {name}")
+
+
+def input_numel(spec: OpSpec, count: int, world_size: int) -> int:
+    """Elements of one rank's input for an op whose size holds count
+    elements (all_gather's input is one rank's share of the output)."""
+    return count // world_size if spec.name == "all_gather" else count
+
+
+def _noop() -> None:
+    pass
+
+
+def reorder_tolerance(inp: torch.Tensor, spec: OpSpec, control, world_size: int, rank: int) -> torch.Tensor | None:
+    """Elementwise bound on how far two correct sums of the ranks' inputs
+    may differ: each of n-1 additions rounds to half an ulp of the partial
+    sum, whatever the order, so two orders differ by at most
+    (n-1) * eps * sum(|x_i|). None for integer types (must be exact)."""
+    if not inp.dtype.is_floating_point:
+        return None
+    abs_sum = inp.abs().float()
+    dist.all_reduce(abs_sum, group=control)
+    if spec.name == "reduce_scatter":
+        share = abs_sum.numel() // world_size
+        abs_sum = abs_sum[rank * share:(rank + 1) * share]
+    eps = torch.finfo(inp.dtype).eps
+    tiny = torch.finfo(inp.dtype).tiny
+    return abs_sum * ((world_size - 1) * eps) + tiny
+
+
+def compare(spec: OpSpec, got: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor | None) -> tuple[str, float]:
+    """('exact' | 'ok' | 'FAIL', max abs difference) for got against ref."""
+    if torch.equal(got, ref):
+        return "exact", 0.0
+    both_nan = torch.isnan(got) & torch.isnan(ref) if got.dtype.is_floating_point else None
+    diff = (got.double() - ref.double()).abs()
+    if both_nan is not None:
+        diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+    maxdiff = float(diff.max()) if diff.numel() else 0.0
+    if spec.reduces and tol is not None and bool((diff <= tol.double()).all()):
+        return "ok", maxdiff
+    return "FAIL", maxdiff

@@ -1,0 +1,174 @@
+"""``python -m zipccl demo`` (and ``make demo``): the same GPT training with
+gloo and with zipccl, DDP then FSDP2, on 4 ranks over 1 Gbit/s links.
+
+Three trainings share one network: gloo and zipccl as configured (its
+default: compression on above a size threshold), side by side in one
+launch; then zipccl with ZIPCCL_COMPRESS=never in a second launch. The
+third is what makes "lossless" a checked claim: its losses must equal the
+second's bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from ..netharness import IFNAME, LinkSpec, Network, NetworkError, RanksFailed, launch_ranks
+from . import report
+from .train import EVENT_PREFIX
+
+# Two launches on one network. The first trains gloo and zipccl side by side
+# (alternating steps, see train.py); the second trains zipccl alone with
+# compression off, a separate run whose losses must match the first's zipccl
+# bit for bit. key -> label; launch -> ({key: backend}, extra environment).
+LABELS = {"gloo": "gloo", "zipccl": "zipccl", "zipccl-off": "zipccl, compression off"}
+LAUNCHES = [
+    ({"gloo": "gloo", "zipccl": "zipccl"}, {}),
+    ({"zipccl-off": "zipccl"}, {"ZIPCCL_COMPRESS": "never"}),
+]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--world-size", "-n", type=int, default=4, help="ranks (default 4)")
+    p.add_argument("--link-rate", default="1gbit", help="per-rank link rate when root (default 1gbit)")
+    p.add_argument("--delay", default=None, help="one-way delay, e.g. 100us")
+    p.add_argument("--no-netns", action="store_true", help="loopback, unshaped")
+    p.add_argument("--steps", type=int, default=100, help="training steps per run (default 100)")
+    p.add_argument("--modes", default="ddp,fsdp", help="ddp, fsdp or both (default ddp,fsdp)")
+    p.add_argument("--batch", type=int, default=4, help="sequences of 128 bytes per rank per step (default 4)")
+    p.add_argument("--comm-dtype", choices=("mixed", "bfloat16", "float32"), default="mixed",
+                   help="what travels: mixed = DDP fp32 gradients, FSDP2 bf16 parameters and fp32 gradients "
+                        "(default); bfloat16 or float32 = everything in that type")
+    p.add_argument("--compress", choices=("auto", "always"), default=None,
+                   help="ZIPCCL_COMPRESS for the zipccl run (default: the engine's default)")
+    p.add_argument("--d-model", type=int, default=192)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=os.path.join("benchmarks", "results"),
+                   help="where the plot and the JSON go (default benchmarks/results)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print every 10th step only")
+
+
+def _train_config(args: argparse.Namespace, runs: dict[str, str], modes: list[str]) -> dict[str, Any]:
+    heads = max(1, args.d_model // 32)
+    return {
+        "runs": runs,
+        "modes": modes,
+        "steps": args.steps,
+        "batch": args.batch,
+        "comm_dtype": args.comm_dtype,
+        "lr": args.lr,
+        "seed": args.seed,
+        "timeout_s": 300,
+        "corpus_bytes": 8 << 20,
+        "model": {"d_model": args.d_model, "n_layers": args.layers, "n_heads": heads, "seq_len": 128},
+    }
+
+
+def _launch(net: Network, runs: dict[str, str], extra: dict[str, str], args: argparse.Namespace,
+            modes: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Trains the runs in one launch; returns {run key: {mode: summary}}."""
+    env = dict(extra)
+    if "zipccl" in runs and args.compress:
+        env["ZIPCCL_COMPRESS"] = args.compress
+    if net.mode == "netns":
+        env["ZIPCCL_BENCH_NIC"] = IFNAME
+    summaries: dict[str, dict[str, dict[str, Any]]] = {key: {} for key in runs}
+
+    def on_line(rank: int, line: str) -> None:
+        if not line.startswith(EVENT_PREFIX):
+            if "rror" in line or "Traceback" in line:
+                print(f"  [rank {rank}] {line}", flush=True)
+            return
+        ev = json.loads(line[len(EVENT_PREFIX):])
+        kind = ev.pop("event")
+        if kind == "step":
+            if not args.quiet or ev["step"] % 10 == 0 or ev["step"] == args.steps - 1:
+                print(f"  {report.MODE_NAMES[ev['mode']]:<5} {LABELS[ev['run']]:<24} step {ev['step']:>4}  "
+                      f"loss {ev['loss']:.4f}  {ev['time_s'] * 1e3:7.1f} ms", flush=True)
+        elif kind == "summary":
+            summaries[ev["run"]][ev["mode"]] = ev
+        elif kind == "start" and "gloo" in runs:
+            print(f"corpus: {ev['corpus']}", flush=True)
+
+    names = " and ".join(LABELS[k] for k in runs)
+    how = ", alternating steps" if len(runs) > 1 else ""
+    setting = f" ({', '.join(f'{k}={v}' for k, v in env.items() if k.startswith('ZIPCCL_COMPRESS'))})" \
+        if any(k.startswith("ZIPCCL_COMPRESS") for k in env) else ""
+    print(f"\n== {names}{setting}{how} ==", flush=True)
+    launch_ranks(net, ["-m", "zipccl.demo.train", json.dumps(_train_config(args, runs, modes))],
+                 env=env, on_line=on_line, timeout_s=900)
+    return summaries
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point; a network that cannot be built is a clear error."""
+    try:
+        return _run(args)
+    except NetworkError as exc:
+        print(f"zipccl demo: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if any(m not in report.MODE_NAMES for m in modes):
+        print("zipccl demo: --modes takes ddp, fsdp or ddp,fsdp", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    link = LinkSpec.parse(args.link_rate, args.delay)
+    runs: dict[str, dict[str, dict[str, Any]]] = {}
+    with Network(args.world_size, link, use_netns=not args.no_netns) as net:
+        print(f"zipccl demo: a byte-level GPT on {args.world_size} ranks, {args.steps} steps per run, "
+              f"{' then '.join(report.MODE_NAMES[m] for m in modes)}")
+        print(f"network: {net.describe()}")
+        if net.mode != "netns":
+            print("network: NOT shaped; step times show CPU cost, not what a slow link costs")
+        try:
+            for launch_runs, extra in LAUNCHES:
+                runs.update(_launch(net, launch_runs, extra, args, modes))
+        except RanksFailed as exc:
+            print(f"zipccl demo: {exc}", file=sys.stderr)
+            return 1
+        network = net.describe()
+    labels = LABELS
+    print("\n== results ==")
+    print(report.table(runs, labels, modes))
+    print("step ms: median over steps 3.. of the mean over ranks; vs gloo: gloo's step time / this one's")
+    print("(†: a separate launch, so its time is not side by side with gloo's and is noisier)")
+    if net.mode == "netns":
+        print("wire MB/step: what all ranks' NICs sent per step, headers included")
+    else:
+        print("wire MB/step*: zipccl's own payload count (loopback has no per-rank NIC); gloo: n/a")
+    print("ratio: bytes with compression off / bytes of this run")
+    for mode in modes:
+        choices = runs.get("zipccl", {}).get(mode, {}).get("zipccl_choices")
+        if choices:
+            text = "; ".join(f"{op} " + ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
+                             for op, c in sorted(choices.items()))
+            print(f"zipccl's choices ({report.MODE_NAMES[mode]}): {text}")
+    verdicts = report.checks(runs, modes, args.comm_dtype)
+    print()
+    for c in verdicts:
+        print(f"[{'PASS' if c.passed else 'FAIL'}] {report.MODE_NAMES[c.mode]}: {c.name}: {c.detail}")
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    png = os.path.join(args.out, f"demo-{stamp}.png")
+    try:
+        report.plot(runs, labels, modes, png, f"{args.world_size} ranks, {network}")
+    except ImportError:
+        png = "skipped, matplotlib is not installed (pip install matplotlib)"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"demo-{stamp}.json"), "w") as f:
+        json.dump({"command": shlex.join(sys.argv), "network": network, "runs": runs,
+                   "checks": [c.__dict__ for c in verdicts]}, f)
+    print(f"\nplot: {png}")
+    print(f"total {time.monotonic() - started:.0f} s")
+    return 0 if all(c.passed for c in verdicts) else 1

@@ -1,0 +1,144 @@
+"""The demo's verdicts, table and plot, from the runs' summaries.
+
+A run is one backend configuration ("gloo", "zipccl", "zipccl, compression
+off") trained in one mode ("ddp" or "fsdp"); its summary holds the per-step
+losses and times and the bytes it sent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MODE_NAMES = {"ddp": "DDP", "fsdp": "FSDP2"}
+
+# The dtype gradients are reduced in, per mode and --comm-dtype.
+REDUCE_DTYPE = {
+    "mixed": {"ddp": "float32", "fsdp": "float32"},
+    "float32": {"ddp": "float32", "fsdp": "float32"},
+    "bfloat16": {"ddp": "bfloat16", "fsdp": "bfloat16"},
+}
+_EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7}
+
+
+def gloo_rtol(reduce_dtype: str) -> float:
+    """How far gloo's loss may drift from zipccl's. Both sum the same
+    gradients in a different order, so every step's update differs by
+    rounding in the reduction dtype, and training compounds it. 1e-3 for
+    float32 reductions is orders above that and below any real bug (a wrong
+    gradient shows at the first step); bfloat16 reductions round 65536x
+    coarser, so the drift allowed is 8 bfloat16 ulps."""
+    return max(1e-3, 8 * _EPS[reduce_dtype])
+
+
+@dataclass
+class Check:
+    mode: str
+    name: str
+    passed: bool
+    detail: str
+
+
+def _wire(summary: dict[str, Any]) -> tuple[float | None, str]:
+    """Bytes per step on the wire: what the NICs counted (all ranks,
+    headers included) when ranks have their own links, else zipccl's own
+    payload count, else unknown."""
+    if summary.get("nic_per_step"):
+        return summary["nic_per_step"], "nic"
+    if summary.get("zipccl_wire_per_step") is not None:
+        return summary["zipccl_wire_per_step"], "zipccl"
+    return None, ""
+
+
+def checks(runs: dict[str, dict[str, dict[str, Any]]], modes: Sequence[str], comm_dtype: str) -> list[Check]:
+    """For each mode: zipccl's loss curve is bit-identical to zipccl's with
+    compression off, and within fp reordering (gloo_rtol) of gloo's."""
+    out = []
+    for mode in modes:
+        z = runs.get("zipccl", {}).get(mode)
+        off = runs.get("zipccl-off", {}).get(mode)
+        g = runs.get("gloo", {}).get(mode)
+        if z and off:
+            diffs = [i for i, (a, b) in enumerate(zip(z["losses"], off["losses"])) if a != b]
+            same_len = len(z["losses"]) == len(off["losses"])
+            if not diffs and same_len:
+                out.append(Check(mode, "zipccl == zipccl compression off", True,
+                                 f"all {len(z['losses'])} losses bit-identical"))
+            else:
+                first = diffs[0] if diffs else min(len(z["losses"]), len(off["losses"]))
+                out.append(Check(mode, "zipccl == zipccl compression off", False,
+                                 f"first differs at step {first}"))
+        if z and g:
+            rtol = gloo_rtol(REDUCE_DTYPE[comm_dtype][mode])
+            rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(z["losses"], g["losses"])]
+            worst = max(range(len(rel)), key=rel.__getitem__)
+            first_same = z["losses"][0] == g["losses"][0]
+            if z["losses"] == g["losses"]:
+                detail = "bit-identical"
+            else:
+                detail = (f"step 0 {'identical' if first_same else 'DIFFERS'}; max relative loss difference "
+                          f"{rel[worst]:.1e} at step {worst} (limit {rtol:.0e}, "
+                          f"{REDUCE_DTYPE[comm_dtype][mode]} reductions)")
+            out.append(Check(mode, "zipccl ~= gloo", rel[worst] <= rtol and first_same, detail))
+    return out
+
+
+def table(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], modes: Sequence[str]) -> str:
+    lines = [f"{'mode':<6} {'backend':<26} {'step ms':>8} {'vs gloo':>8} {'wire MB/step':>13} "
+             f"{'ratio':>6} {'final loss':>11}"]
+    for mode in modes:
+        off_wire, _ = _wire(runs.get("zipccl-off", {}).get(mode, {}))
+        gloo = runs.get("gloo", {}).get(mode)
+        for key, label in labels.items():
+            s = runs.get(key, {}).get(mode)
+            if not s:
+                continue
+            wire, source = _wire(s)
+            ratio = "-"
+            if key.startswith("zipccl") and wire and off_wire:
+                ratio = f"{off_wire / wire:.2f}"
+            speed = f"{gloo['median_step_s'] / s['median_step_s']:.2f}x" if gloo else "-"
+            if key == "zipccl-off" and gloo:
+                speed += "†"  # timed in a separate launch, not alternating with gloo
+            wire_text = f"{wire / 1e6:.2f}" + ("" if source == "nic" else "*") if wire else "n/a"
+            lines.append(f"{MODE_NAMES.get(mode, mode):<6} {label:<26} {s['median_step_s'] * 1e3:>8.1f} {speed:>8} "
+                         f"{wire_text:>13} {ratio:>6} {s['losses'][-1]:>11.4f}")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], modes: Sequence[str],
+         path: str, title: str) -> None:
+    """Loss and step time against step, one column per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = {"gloo": ("tab:blue", "-"), "zipccl": ("tab:red", "-"), "zipccl-off": ("tab:gray", "--")}
+    fig, axes = plt.subplots(2, len(modes), figsize=(6 * len(modes), 7), squeeze=False)
+    for col, mode in enumerate(modes):
+        for key, label in labels.items():
+            s = runs.get(key, {}).get(mode)
+            if not s:
+                continue
+            color, ls = styles.get(key, (None, "-"))
+            steps = range(len(s["losses"]))
+            axes[0][col].plot(steps, s["losses"], color=color, linestyle=ls, label=label, linewidth=1.2)
+            axes[1][col].plot(steps, [t * 1e3 for t in s["times"]], color=color, linestyle=ls, label=label,
+                              linewidth=1.0)
+        axes[0][col].set_title(f"{MODE_NAMES.get(mode, mode)}: training loss")
+        axes[0][col].set_xlabel("step")
+        axes[0][col].set_ylabel("loss (nats/byte)")
+        axes[1][col].set_title(f"{MODE_NAMES.get(mode, mode)}: step time")
+        axes[1][col].set_xlabel("step")
+        axes[1][col].set_ylabel("ms")
+        for ax in (axes[0][col], axes[1][col]):
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,211 @@
+"""One rank of the demo's training (started by the harness; configuration as
+JSON in argv[1]).
+
+Each backend under test gets its own group and its own copy of the model in
+the same process; the copies take their steps in alternation (step k with
+one backend, step k with the other, then step k+1 in the other order). So
+gloo and zipccl run on the same links in the same seconds, and whatever
+else the machine is doing slows both alike; a sequential pair of runs on a
+shared 2-core machine would mostly measure the neighbours. A gloo default
+group carries the loss and time reports, never a measured byte.
+
+Everything that could differ between the copies other than the backend is
+pinned: one compute thread, the same seed for the weights, batches that are
+a function of (seed, step, rank) only. So two backends' loss curves differ
+exactly by how their reductions round, and a lossless codec must not change
+them at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .corpus import batch, load_corpus
+from .model import GPT, GPTConfig
+
+EVENT_PREFIX = "@zipccl-demo "
+
+# What travels on the wire, per --comm-dtype: (DDP gradients, FSDP2
+# parameters, FSDP2 gradients). "mixed" is the usual large-model recipe
+# (TorchTitan's FSDP2 default: bf16 parameters, fp32 gradient reduction).
+COMM_DTYPES = {
+    "mixed": (torch.float32, torch.bfloat16, torch.float32),
+    "bfloat16": (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    "float32": (torch.float32, torch.float32, torch.float32),
+}
+
+
+def emit(kind: str, **fields: Any) -> None:
+    print(EVENT_PREFIX + json.dumps({"event": kind, **fields}), flush=True)
+
+
+def _nic_tx() -> int:
+    """Bytes sent by this rank's own interface (0 when it has none)."""
+    ifname = os.environ.get("ZIPCCL_BENCH_NIC")
+    if not ifname:
+        return 0
+    try:
+        with open(f"/sys/class/net/{ifname}/statistics/tx_bytes") as f:
+            return int(f.read())
+    except OSError:
+        return 0
+
+
+def _zipccl_wire(group) -> int:
+    """Payload bytes zipccl has sent on group so far."""
+    import zipccl
+
+    return sum(int(st.get("wire_bytes", 0)) for st in zipccl.stats(group).get("ops", {}).values())
+
+
+def _zipccl_choices(group) -> dict[str, dict[str, int]]:
+    """How often zipccl's switcher took each choice, per op kind, on group
+    so far."""
+    import zipccl
+
+    return {op: dict(st.get("choices") or {}) for op, st in zipccl.stats(group).get("ops", {}).items()
+            if st.get("choices")}
+
+
+def _choices_since(group, before: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for op, counts in _zipccl_choices(group).items():
+        delta = {k: v - before.get(op, {}).get(k, 0) for k, v in counts.items()}
+        delta = {k: v for k, v in delta.items() if v}
+        if delta:
+            out[op] = delta
+    return out
+
+
+class Trainer:
+    """One model copy, wrapped for one mode, talking on one group."""
+
+    def __init__(self, mode: str, backend: str, group, cfg: dict, corpus: torch.Tensor, rank: int) -> None:
+        self.mode, self.backend, self.group = mode, backend, group
+        self.cfg, self.corpus, self.rank = cfg, corpus, rank
+        self.model_cfg = GPTConfig(**cfg["model"])
+        torch.manual_seed(cfg["seed"])
+        self.model = GPT(self.model_cfg)
+        self.net = self._wrap(self.model)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+        self.nic = 0
+        self.wire = 0
+        # The group outlives this mode's training (DDP, then FSDP2 on it):
+        # count the switcher's choices from here on.
+        self.choices0 = _zipccl_choices(group) if backend == "zipccl" else {}
+
+    def _wrap(self, model: GPT) -> torch.nn.Module:
+        grad_dtype, param_dtype, reduce_dtype = COMM_DTYPES[self.cfg["comm_dtype"]]
+        if self.mode == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            net = DDP(model, process_group=self.group)
+            if grad_dtype == torch.bfloat16:
+                from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+                net.register_comm_hook(self.group, bf16_compress_hook)
+            return net
+        if self.mode == "fsdp":
+            from torch.distributed.device_mesh import DeviceMesh
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+            mesh = DeviceMesh.from_group(self.group, "cpu")
+            policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+            for block in model.blocks:
+                fully_shard(block, mesh=mesh, mp_policy=policy)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
+            return model
+        raise ValueError(f"unknown mode {self.mode!r}")
+
+    def step(self, step: int) -> tuple[float, float]:
+        """One optimizer step; returns (this rank's loss, seconds)."""
+        steps, peak = self.cfg["steps"], self.cfg["lr"]
+        warm = max(1, steps // 10)
+        lr = peak * (step + 1) / warm if step < warm else \
+            peak * (0.1 + 0.45 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm))))
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        x, y = batch(self.corpus, step, self.rank, self.cfg["batch"], self.model_cfg.seq_len, self.cfg["seed"])
+        nic0 = _nic_tx()
+        wire0 = _zipccl_wire(self.group) if self.backend == "zipccl" else 0
+        t0 = time.perf_counter()
+        loss = self.net(x, y)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        elapsed = time.perf_counter() - t0
+        self.nic += _nic_tx() - nic0
+        if self.backend == "zipccl":
+            self.wire += _zipccl_wire(self.group) - wire0
+        return float(loss.detach()), elapsed
+
+
+def train_mode(mode: str, runs: dict[str, str], groups: dict, cfg: dict, corpus: torch.Tensor,
+               rank: int, n: int) -> None:
+    trainers = {key: Trainer(mode, backend, groups[key], cfg, corpus, rank) for key, backend in runs.items()}
+    keys = list(trainers)
+    history: dict[str, dict[str, list[float]]] = {k: {"losses": [], "times": []} for k in keys}
+    for step in range(cfg["steps"]):
+        order = keys if step % 2 == 0 else keys[::-1]
+        local = {}
+        for key in order:
+            dist.barrier()  # on the control group: both copies start their step together
+            local[key] = trainers[key].step(step)
+        # Mean loss and step time over ranks. float64 sums of float32 values
+        # are exact, so the reported loss does not depend on this group.
+        report = torch.tensor([v for k in keys for v in local[k]], dtype=torch.float64)
+        dist.all_reduce(report)
+        report /= n
+        for i, key in enumerate(keys):
+            loss, secs = report[2 * i].item(), report[2 * i + 1].item()
+            history[key]["losses"].append(loss)
+            history[key]["times"].append(secs)
+            if rank == 0:
+                emit("step", mode=mode, run=key, step=step, loss=loss, time_s=secs)
+    steps = cfg["steps"]
+    skip = min(3, steps - 1)  # the first steps pay for lazy setup
+    for key in keys:
+        counts = torch.tensor([trainers[key].wire, trainers[key].nic], dtype=torch.float64)
+        dist.all_reduce(counts)
+        choices = _choices_since(groups[key], trainers[key].choices0) if runs[key] == "zipccl" else None
+        if rank == 0:
+            emit("summary", mode=mode, run=key, steps=steps, params=trainers[key].model.num_params(),
+                 losses=history[key]["losses"], times=history[key]["times"],
+                 median_step_s=statistics.median(history[key]["times"][skip:]),
+                 zipccl_wire_per_step=counts[0].item() / steps if runs[key] == "zipccl" else None,
+                 nic_per_step=counts[1].item() / steps if os.environ.get("ZIPCCL_BENCH_NIC") else None,
+                 zipccl_choices=choices)
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(argv[0])
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    runs: dict[str, str] = cfg["runs"]  # run key -> backend
+    if "zipccl" in runs.values():
+        import zipccl  # noqa: F401  (registers the backend)
+    timeout = datetime.timedelta(seconds=cfg["timeout_s"])
+    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout)
+    groups = {key: dist.new_group(backend=backend, timeout=timeout) for key, backend in runs.items()}
+    corpus, where = load_corpus(cfg["corpus_bytes"])
+    if rank == 0:
+        emit("start", corpus=where, torch=torch.__version__)
+    for mode in cfg["modes"]:
+        train_mode(mode, runs, groups, cfg, corpus, rank, n)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
