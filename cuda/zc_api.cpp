@@ -1,0 +1,502 @@
+// zc_api.cpp: the C API of zipccl_cuda.h over a zc_backend (the CUDA runtime
+// in libzipccl_cuda.so, the CPU emulator in tests/cuda_emu). Host code only:
+// argument checks, workspace layout, chunk tables, launches.
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "zc_backend.h"
+
+using zc::DecParams;
+using zc::EncParams;
+
+namespace {
+
+thread_local std::string g_error;
+
+constexpr int64_t kStatusBytes = 128;  // DevStatus at the start of every workspace
+
+int64_t a128(int64_t n) { return (n + 127) / 128 * 128; }
+
+bool dtype_ok(int dtype) { return zc::coded_dtype(dtype); }
+
+bool numel_ok(int64_t n) { return n >= 0 && n <= zc::kMaxNumel; }
+
+zccl_status fail(zccl_status st, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  g_error = buf;
+  return st;
+}
+
+zccl_status backend_fail() { return ZCCL_ERR_CUDA; }  // message already set
+
+int64_t units_of(int64_t numel) { return (numel + zc::kZip3Block - 1) / zc::kZip3Block; }
+int64_t raw_units_of(int64_t numel) { return (numel + zc::kRawBlock - 1) / zc::kRawBlock; }
+
+// Workspace of one launch batch: ticket, look-back states, fallback flags.
+struct Batch {
+  int first, count;   // chunks
+  int64_t units;      // zip3 units of the batch
+  int64_t raw_units;  // raw blocks (encode fallback)
+  int64_t off;        // offset of the batch region in the workspace
+  int64_t bytes;
+};
+
+std::vector<Batch> plan_batches(const int64_t* counts, int nchunks, int64_t states_per_unit, bool flags) {
+  std::vector<Batch> out;
+  int64_t off = kStatusBytes;
+  for (int first = 0; first < nchunks || (first == 0 && nchunks == 0); first += zc::kMaxChunks) {
+    Batch b;
+    b.first = first;
+    b.count = std::min(zc::kMaxChunks, nchunks - first);
+    b.units = 0;
+    b.raw_units = 0;
+    for (int c = first; c < first + b.count; c++) {
+      b.units += units_of(counts[c]);
+      b.raw_units += raw_units_of(counts[c]);
+    }
+    b.off = off;
+    b.bytes = 128 + a128(b.units * states_per_unit * 8) + (flags ? a128(4 * (int64_t)b.count) : 0);
+    off += b.bytes;
+    out.push_back(b);
+    if (nchunks == 0) break;
+  }
+  return out;
+}
+
+int64_t ws_total(const std::vector<Batch>& bs) {
+  int64_t t = kStatusBytes;
+  for (const Batch& b : bs) t += b.bytes;
+  return t;
+}
+
+zccl_status check_counts(int dtype, const int64_t* counts, int nchunks) {
+  if (!dtype_ok(dtype)) return fail(ZCCL_ERR_UNSUPPORTED, "dtype %d is not coded on the GPU", dtype);
+  if (nchunks < 0 || (nchunks > 0 && counts == nullptr)) return fail(ZCCL_ERR_INVALID, "bad chunk list");
+  for (int c = 0; c < nchunks; c++)
+    if (!numel_ok(counts[c])) return fail(ZCCL_ERR_INVALID, "chunk %d: bad element count %lld", c, (long long)counts[c]);
+  return ZCCL_OK;
+}
+
+int grid_for(int64_t units, int sm, int per_sm) {
+  int64_t cap = (int64_t)std::max(1, sm) * std::max(1, per_sm);
+  return (int)std::max<int64_t>(1, std::min<int64_t>(units, cap));
+}
+
+const char* detail_text(int d) {
+  switch (d) {
+    case zc::D_HEADER: return "frame header";
+    case zc::D_INDEX_RESERVED: return "reserved index bytes";
+    case zc::D_COUNT: return "escape count does not fit the block or the dynamic part";
+    case zc::D_WINDOW: return "invalid window";
+    case zc::D_DYN_RANGE: return "dynamic part range";
+    case zc::D_PADDING: return "non-zero padding";
+    case zc::D_ESC_OVERRUN: return "more escapes than recorded";
+    case zc::D_ESC_VALUE: return "escape holds a representable or out-of-range exponent";
+    case zc::D_ESC_COUNT: return "planes mark a different number of escapes than the index";
+    case zc::D_CRC: return "block CRC-32C mismatch";
+    case zc::D_DYN_LEN: return "dynamic part is not exactly the escapes plus padding";
+    case zc::D_INDEX_PAD: return "index padding";
+  }
+  return "";
+}
+
+zccl_status finish(zccl_ctx* ctx, void* ws, zccl_stream_t stream, unsigned flags);
+
+}  // namespace
+
+struct zccl_ctx {
+  int device;
+  zc_backend::DeviceInfo info;
+  zc::CrcConsts* crc;  // device memory
+};
+
+void zc_backend::set_error(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  g_error = buf;
+}
+
+extern "C" {
+
+int zccl_abi_version(void) { return ZCCL_ABI_VERSION; }
+
+const char* zccl_build_info(void) { return zc_backend::build_info(); }
+
+const char* zccl_status_string(int s) {
+  switch (s) {
+    case ZCCL_OK: return "ok";
+    case ZCCL_ERR_INVALID: return "invalid argument";
+    case ZCCL_ERR_CUDA: return "CUDA error";
+    case ZCCL_ERR_UNSUPPORTED: return "unsupported";
+    case ZCCL_ERR_CORRUPT: return "corrupt data";
+    case ZCCL_ERR_TRUNCATED: return "truncated data";
+    case ZCCL_ERR_CHECKSUM: return "checksum mismatch";
+    case ZCCL_ERR_VERSION: return "unsupported version";
+    case ZCCL_ERR_SIZE: return "size mismatch";
+    case ZCCL_ERR_DTYPE: return "dtype mismatch";
+    case ZCCL_ERR_KIND: return "invalid kind";
+    case ZCCL_ERR_NOMEM: return "workspace too small";
+  }
+  return "unknown status";
+}
+
+const char* zccl_last_error(void) { return g_error.c_str(); }
+
+int zccl_device_count(void) { return zc_backend::device_count(); }
+
+zccl_status zccl_ctx_create(int device, zccl_ctx** out) {
+  if (out == nullptr) return fail(ZCCL_ERR_INVALID, "out is NULL");
+  *out = nullptr;
+  zccl_ctx* c = new zccl_ctx;
+  c->device = device;
+  c->crc = nullptr;
+  if (zc_backend::device_info(device, &c->info) != 0) {
+    delete c;
+    return backend_fail();
+  }
+  std::vector<zc::CrcConsts> h(1);
+  zc::crc_consts_fill(&h[0]);
+  void* d = nullptr;
+  if (zc_backend::dev_malloc(&d, sizeof(zc::CrcConsts)) != 0 ||
+      zc_backend::memcpy_sync(d, &h[0], sizeof(zc::CrcConsts), 1, nullptr) != 0) {
+    if (d != nullptr) zc_backend::dev_free(d);
+    delete c;
+    return backend_fail();
+  }
+  c->crc = (zc::CrcConsts*)d;
+  *out = c;
+  return ZCCL_OK;
+}
+
+void zccl_ctx_destroy(zccl_ctx* ctx) {
+  if (ctx == nullptr) return;
+  if (ctx->crc != nullptr && zc_backend::set_device(ctx->device) == 0) zc_backend::dev_free(ctx->crc);
+  delete ctx;
+}
+
+int64_t zccl_zip3_static_len(int dtype, int64_t numel) {
+  if (!dtype_ok(dtype) || !numel_ok(numel)) return -1;
+  return zc::plan_of(zc::fmt_of(dtype), zc::KIND_ZIP3, numel).static_len;
+}
+
+int64_t zccl_zip3_max_dynamic_len(int dtype, int64_t numel) {
+  if (!dtype_ok(dtype) || !numel_ok(numel)) return -1;
+  return a128(numel);
+}
+
+int64_t zccl_raw_frame_len(int dtype, int64_t numel) {
+  if (!dtype_ok(dtype) || !numel_ok(numel)) return -1;
+  return zc::raw_frame_len(zc::fmt_of(dtype), numel);
+}
+
+int64_t zccl_max_frame_len(int dtype, int64_t numel) {
+  if (!dtype_ok(dtype) || !numel_ok(numel)) return -1;
+  int64_t z = zc::kHeaderLen + zccl_zip3_static_len(dtype, numel) + a128(numel);
+  return std::max(z, zccl_raw_frame_len(dtype, numel));
+}
+
+zccl_status zccl_frame_slots(int dtype, const int64_t* counts, int nchunks, int64_t* offsets) {
+  zccl_status st = check_counts(dtype, counts, nchunks);
+  if (st != ZCCL_OK) return st;
+  if (offsets == nullptr) return fail(ZCCL_ERR_INVALID, "offsets is NULL");
+  int64_t off = 0;
+  for (int c = 0; c < nchunks; c++) {
+    offsets[c] = off;
+    off += a128(zccl_max_frame_len(dtype, counts[c]));
+  }
+  offsets[nchunks] = off;
+  return ZCCL_OK;
+}
+
+int64_t zccl_encode_workspace_size(int dtype, const int64_t* counts, int nchunks) {
+  if (check_counts(dtype, counts, nchunks) != ZCCL_OK) return -1;
+  return ws_total(plan_batches(counts, nchunks, 1, true));
+}
+
+int64_t zccl_decode_workspace_size(int dtype, const int64_t* counts, int nchunks) {
+  if (check_counts(dtype, counts, nchunks) != ZCCL_OK) return -1;
+  return ws_total(plan_batches(counts, nchunks, 1, false));
+}
+
+int64_t zccl_reduce_workspace_size(int dtype, int64_t numel, int nsrc) {
+  if (!dtype_ok(dtype) || !numel_ok(numel) || nsrc < 1 || nsrc > ZCCL_MAX_SOURCES) return -1;
+  return ws_total(plan_batches(&numel, 1, nsrc, false));
+}
+
+}  // extern "C"
+
+namespace {
+
+zccl_status check_ws(void* ws, int64_t ws_size, int64_t need) {
+  if (ws == nullptr || ((uintptr_t)ws & 15) != 0)
+    return fail(ZCCL_ERR_INVALID, "workspace must be a 16-byte aligned device pointer");
+  if (ws_size < need)
+    return fail(ZCCL_ERR_NOMEM, "workspace of %lld bytes, need %lld", (long long)ws_size, (long long)need);
+  return ZCCL_OK;
+}
+
+zccl_status encode_common(zccl_ctx* ctx, int dtype, const void* src, const int64_t* counts, int nchunks,
+                          bool split, uint8_t* out_a, const int64_t* off_a, uint8_t* out_b, const int64_t* off_b,
+                          int64_t* d_lens, void* ws, int64_t ws_size, zccl_stream_t stream, unsigned flags) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  zccl_status st = check_counts(dtype, counts, nchunks);
+  if (st != ZCCL_OK) return st;
+  std::vector<Batch> bs = plan_batches(counts, nchunks, 1, true);
+  if ((st = check_ws(ws, ws_size, ws_total(bs))) != ZCCL_OK) return st;
+  if (nchunks > 0 && (out_a == nullptr || off_a == nullptr || d_lens == nullptr || (split && (out_b == nullptr || off_b == nullptr))))
+    return fail(ZCCL_ERR_INVALID, "NULL output pointer or offsets");
+  int64_t total = 0;
+  for (int c = 0; c < nchunks; c++) total += counts[c];
+  if (total > 0 && src == nullptr) return fail(ZCCL_ERR_INVALID, "src is NULL");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  const zc::Fmt f = zc::fmt_of(dtype);
+  uint8_t* w = (uint8_t*)ws;
+  if (zc_backend::memset_async(w, 0, (size_t)ws_total(bs), stream) != 0) return backend_fail();
+  int64_t elem = 0;
+  for (const Batch& b : bs) {
+    if (b.count <= 0) break;
+    EncParams p;
+    memset(&p, 0, sizeof p);
+    p.dtype = dtype;
+    p.nchunks = b.count;
+    p.split = split ? 1 : 0;
+    p.unit0[0] = 0;
+    p.runit0[0] = 0;
+    for (int k = 0; k < b.count; k++) {
+      int c = b.first + k;
+      zc::EncChunk& ch = p.ch[k];
+      ch.src = (const uint8_t*)src + elem * f.size;
+      ch.numel = counts[c];
+      elem += counts[c];
+      if (split) {
+        ch.hdr = nullptr;
+        ch.st = out_a + off_a[c];
+        ch.dyn = out_b + off_b[c];
+      } else {
+        ch.hdr = out_a + off_a[c];
+        ch.st = ch.hdr + zc::kHeaderLen;
+        ch.dyn = ch.st + zc::plan_of(f, zc::KIND_ZIP3, counts[c]).static_len;
+      }
+      p.unit0[k + 1] = p.unit0[k] + units_of(counts[c]);
+      p.runit0[k + 1] = p.runit0[k] + raw_units_of(counts[c]);
+    }
+    p.out_lens = d_lens + b.first;
+    p.crc = ctx->crc;
+    p.ticket = (uint32_t*)(w + b.off);
+    p.states = (uint64_t*)(w + b.off + 128);
+    p.flags = (uint32_t*)(w + b.off + 128 + a128(b.units * 8));
+    if (b.units > 0) {
+      int grid = grid_for(b.units, ctx->info.sm_count, ctx->info.enc_ctas_per_sm);
+      if (zc_backend::launch_encode(dtype, p, grid, stream) != 0) return backend_fail();
+    }
+    bool empty = false;
+    for (int k = 0; k < b.count; k++) empty = empty || counts[b.first + k] == 0;
+    if (!split || empty) {
+      int grid = grid_for(b.raw_units, ctx->info.sm_count, ctx->info.enc_ctas_per_sm);
+      if (zc_backend::launch_fallback(dtype, p, grid, stream) != 0) return backend_fail();
+    }
+  }
+  return finish(ctx, ws, stream, flags);
+}
+
+zccl_status decode_common(zccl_ctx* ctx, int dtype, int nchunks, const int64_t* counts, int nsrc, int op,
+                          const zccl_source* srcs_in, uint8_t* dst, void* ws, int64_t ws_size, zccl_stream_t stream,
+                          unsigned flags) {
+  // decode: nsrc == 1 and srcs_in has nchunks entries; reduce: nchunks == 1.
+  const zc::Fmt f = zc::fmt_of(dtype);
+  std::vector<Batch> bs = plan_batches(counts, nchunks, nsrc, false);
+  zccl_status st = check_ws(ws, ws_size, ws_total(bs));
+  if (st != ZCCL_OK) return st;
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  uint8_t* w = (uint8_t*)ws;
+  if (zc_backend::memset_async(w, 0, (size_t)ws_total(bs), stream) != 0) return backend_fail();
+  int64_t elem = 0;
+  for (const Batch& b : bs) {
+    if (b.count <= 0) break;
+    DecParams p;
+    memset(&p, 0, sizeof p);
+    p.dtype = dtype;
+    p.nchunks = b.count;
+    p.nsrc = nsrc;
+    p.op = op;
+    p.chunk_base = b.first;
+    p.unit0[0] = 0;
+    for (int k = 0; k < b.count; k++) {
+      int c = b.first + k;
+      p.numel[k] = counts[c];
+      p.dst[k] = dst + elem * f.size;
+      elem += counts[c];
+      p.unit0[k + 1] = p.unit0[k] + units_of(counts[c]);
+    }
+    int ns = nsrc > 1 ? nsrc : b.count;
+    for (int k = 0; k < ns; k++) {
+      const zccl_source& s = srcs_in[nsrc > 1 ? k : b.first + k];
+      p.src[k].a = (const uint8_t*)s.a;
+      p.src[k].b = (const uint8_t*)s.b;
+      p.src[k].len = s.len;
+      p.src[k].kind = s.kind;
+    }
+    p.status = (zc::DevStatus*)w;
+    p.crc = ctx->crc;
+    p.ticket = (uint32_t*)(w + b.off);
+    p.states = (uint64_t*)(w + b.off + 128);
+    size_t smem = zc::dec_smem_bytes(nsrc);
+    int per_sm = zc_backend::dec_ctas_per_sm(dtype, smem);
+    if (per_sm < 0) return backend_fail();
+    int grid = grid_for(b.units, ctx->info.sm_count, per_sm);
+    if (zc_backend::launch_decode(dtype, p, grid, smem, stream) != 0) return backend_fail();
+  }
+  return finish(ctx, ws, stream, flags);
+}
+
+zccl_status finish(zccl_ctx* ctx, void* ws, zccl_stream_t stream, unsigned flags) {
+  if (flags & ZCCL_FLAG_SYNC) return zccl_workspace_status(ctx, ws, stream, nullptr, 0);
+  return ZCCL_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+zccl_status zccl_encode_frames(zccl_ctx* ctx, int dtype, const void* src, const int64_t* counts, int nchunks,
+                               void* out, const int64_t* out_offsets, int64_t* d_frame_lens, void* ws,
+                               int64_t ws_size, zccl_stream_t stream, unsigned flags) {
+  return encode_common(ctx, dtype, src, counts, nchunks, false, (uint8_t*)out, out_offsets, nullptr, nullptr,
+                       d_frame_lens, ws, ws_size, stream, flags);
+}
+
+zccl_status zccl_encode_split(zccl_ctx* ctx, int dtype, const void* src, const int64_t* counts, int nchunks,
+                              void* static_out, const int64_t* static_offsets, void* dyn_out,
+                              const int64_t* dyn_offsets, int64_t* d_dyn_lens, void* ws, int64_t ws_size,
+                              zccl_stream_t stream, unsigned flags) {
+  return encode_common(ctx, dtype, src, counts, nchunks, true, (uint8_t*)static_out, static_offsets,
+                       (uint8_t*)dyn_out, dyn_offsets, d_dyn_lens, ws, ws_size, stream, flags);
+}
+
+zccl_status zccl_decode_frames(zccl_ctx* ctx, int dtype, const void* in, const int64_t* in_offsets,
+                               const int64_t* in_caps, const int64_t* counts, int nchunks, void* dst, void* ws,
+                               int64_t ws_size, zccl_stream_t stream, unsigned flags) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  zccl_status st = check_counts(dtype, counts, nchunks);
+  if (st != ZCCL_OK) return st;
+  if (nchunks > 0 && (in == nullptr || in_offsets == nullptr || in_caps == nullptr))
+    return fail(ZCCL_ERR_INVALID, "NULL input");
+  int64_t total = 0;
+  for (int c = 0; c < nchunks; c++) total += counts[c];
+  if (total > 0 && dst == nullptr) return fail(ZCCL_ERR_INVALID, "dst is NULL");
+  std::vector<zccl_source> srcs((size_t)nchunks);
+  for (int c = 0; c < nchunks; c++) {
+    if (in_caps[c] < 0) return fail(ZCCL_ERR_INVALID, "chunk %d: negative capacity", c);
+    srcs[c] = zccl_source{ZCCL_SRC_FRAME, (const uint8_t*)in + in_offsets[c], nullptr, in_caps[c]};
+  }
+  return decode_common(ctx, dtype, nchunks, counts, 1, 0, srcs.data(), (uint8_t*)dst, ws, ws_size, stream, flags);
+}
+
+zccl_status zccl_decode_split(zccl_ctx* ctx, int dtype, int kind, const void* static_in,
+                              const int64_t* static_offsets, const void* dyn_in, const int64_t* dyn_offsets,
+                              const int64_t* dyn_lens, const int64_t* counts, int nchunks, void* dst, void* ws,
+                              int64_t ws_size, zccl_stream_t stream, unsigned flags) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  zccl_status st = check_counts(dtype, counts, nchunks);
+  if (st != ZCCL_OK) return st;
+  if (kind != ZCCL_KIND_ZIP3 && kind != ZCCL_KIND_RAW)
+    return fail(kind == ZCCL_KIND_HUFF ? ZCCL_ERR_UNSUPPORTED : ZCCL_ERR_KIND, "kind %d cannot be decoded on the GPU", kind);
+  if (nchunks > 0 && (static_in == nullptr || static_offsets == nullptr ||
+                      (kind == ZCCL_KIND_ZIP3 && (dyn_in == nullptr || dyn_offsets == nullptr || dyn_lens == nullptr))))
+    return fail(ZCCL_ERR_INVALID, "NULL input");
+  std::vector<zccl_source> srcs((size_t)nchunks);
+  for (int c = 0; c < nchunks; c++) {
+    if (kind == ZCCL_KIND_ZIP3) {
+      srcs[c] = zccl_source{ZCCL_SRC_SPLIT_ZIP3, (const uint8_t*)static_in + static_offsets[c],
+                            (const uint8_t*)dyn_in + dyn_offsets[c], dyn_lens[c]};
+    } else {
+      srcs[c] = zccl_source{ZCCL_SRC_SPLIT_RAW, (const uint8_t*)static_in + static_offsets[c], nullptr, 0};
+    }
+  }
+  return decode_common(ctx, dtype, nchunks, counts, 1, 0, srcs.data(), (uint8_t*)dst, ws, ws_size, stream, flags);
+}
+
+zccl_status zccl_decode_reduce(zccl_ctx* ctx, int dtype, int op, const zccl_source* srcs, int nsrc,
+                               int64_t numel, void* dst, void* ws, int64_t ws_size, zccl_stream_t stream,
+                               unsigned flags) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  if (!dtype_ok(dtype)) return fail(ZCCL_ERR_UNSUPPORTED, "dtype %d is not coded on the GPU", dtype);
+  if (op != ZCCL_OP_SUM && op != ZCCL_OP_PRODUCT)
+    return fail(ZCCL_ERR_UNSUPPORTED, "reduce op %d (only SUM and PRODUCT are fused on the GPU)", op);
+  if (nsrc < 1 || nsrc > ZCCL_MAX_SOURCES || srcs == nullptr)
+    return fail(ZCCL_ERR_INVALID, "nsrc %d (1..%d)", nsrc, ZCCL_MAX_SOURCES);
+  if (!numel_ok(numel)) return fail(ZCCL_ERR_INVALID, "bad element count");
+  if (numel > 0 && dst == nullptr) return fail(ZCCL_ERR_INVALID, "dst is NULL");
+  for (int r = 0; r < nsrc; r++) {
+    if (srcs[r].kind < ZCCL_SRC_FRAME || srcs[r].kind > ZCCL_SRC_PLAIN)
+      return fail(ZCCL_ERR_INVALID, "source %d: kind %d", r, srcs[r].kind);
+    if (srcs[r].a == nullptr && numel > 0) return fail(ZCCL_ERR_INVALID, "source %d is NULL", r);
+  }
+  return decode_common(ctx, dtype, 1, &numel, nsrc, op, srcs, (uint8_t*)dst, ws, ws_size, stream, flags);
+}
+
+zccl_status zccl_workspace_status(zccl_ctx* ctx, const void* ws, zccl_stream_t stream, char* msg, size_t msg_len) {
+  if (ctx == nullptr || ws == nullptr) return fail(ZCCL_ERR_INVALID, "NULL ctx or workspace");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  if (zc_backend::stream_sync(stream) != 0) return backend_fail();
+  zc::DevStatus s;
+  if (zc_backend::memcpy_sync(&s, ws, sizeof s, 2, stream) != 0) return backend_fail();
+  char buf[256];
+  if (s.code == 0) {
+    snprintf(buf, sizeof buf, "ok");
+  } else {
+    snprintf(buf, sizeof buf, "%s: chunk %d, block %lld: %s", zccl_status_string((int)s.code), s.chunk,
+             (long long)s.block, detail_text(s.detail));
+    g_error = buf;
+  }
+  if (msg != nullptr && msg_len > 0) {
+    strncpy(msg, buf, msg_len - 1);
+    msg[msg_len - 1] = 0;
+  }
+  return (zccl_status)s.code;
+}
+
+zccl_status zccl_malloc(zccl_ctx* ctx, void** p, int64_t bytes) {
+  if (ctx == nullptr || p == nullptr || bytes < 0) return fail(ZCCL_ERR_INVALID, "bad malloc arguments");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  return zc_backend::dev_malloc(p, (size_t)(bytes > 0 ? bytes : 1)) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_free(zccl_ctx* ctx, void* p) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  return zc_backend::dev_free(p) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_memcpy(zccl_ctx* ctx, void* dst, const void* src, int64_t bytes, int kind) {
+  if (ctx == nullptr || bytes < 0 || kind < 1 || kind > 3) return fail(ZCCL_ERR_INVALID, "bad memcpy arguments");
+  if (bytes == 0) return ZCCL_OK;
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  return zc_backend::memcpy_sync(dst, src, (size_t)bytes, kind, nullptr) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_memset(zccl_ctx* ctx, void* p, int value, int64_t bytes) {
+  if (ctx == nullptr || bytes < 0) return fail(ZCCL_ERR_INVALID, "bad memset arguments");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  if (zc_backend::memset_async(p, value, (size_t)bytes, nullptr) != 0) return backend_fail();
+  return zc_backend::stream_sync(nullptr) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_synchronize(zccl_ctx* ctx, zccl_stream_t stream) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  return zc_backend::stream_sync(stream) == 0 ? ZCCL_OK : backend_fail();
+}
+
+}  // extern "C"

@@ -1,0 +1,39 @@
+// zc_backend.h: what the C API (zc_api.cpp) needs from a device. Two
+// implementations: zc_cuda.cu (the GPU, CUDA runtime) and
+// tests/cuda_emu/emu_backend.cpp (the CPU emulator, where "device memory"
+// is host memory and launches run the same CTA bodies over an emulated grid).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zc_kernels.h"
+#include "zipccl_cuda.h"
+
+namespace zc_backend {
+
+struct DeviceInfo {
+  int sm_count;
+  int enc_ctas_per_sm;  // resident CTAs of the encode kernel
+  int dec_ctas_per_sm;  // of the decode kernel (1 source)
+};
+
+// Every function returns 0 on success, or non-zero after storing a message
+// with set_error.
+int device_count();
+int device_info(int device, DeviceInfo* info);
+int set_device(int device);
+int memset_async(void* p, int value, size_t n, zccl_stream_t s);
+int memcpy_sync(void* dst, const void* src, size_t n, int kind, zccl_stream_t s);
+int stream_sync(zccl_stream_t s);
+int dev_malloc(void** p, size_t n);
+int dev_free(void* p);
+int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
+int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
+int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t s);
+int dec_ctas_per_sm(int dtype, size_t smem);  // occupancy for a given shared-memory size
+const char* build_info();
+
+void set_error(const char* fmt, ...);
+
+}  // namespace zc_backend

@@ -1,0 +1,134 @@
+// zc_cuda.cu: zc_backend over the CUDA runtime (device queries, memory,
+// launches through the per-dtype launchers of zc_kernels.cu). Built by nvcc
+// into libzipccl_cuda.so together with zc_api.cpp (see cuda/Makefile).
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include <type_traits>
+
+#include "zc_backend.h"
+#include "zc_launch.h"
+
+#ifndef ZC_ARCHS
+#define ZC_ARCHS unknown
+#endif
+#define ZC_STR2(x) #x
+#define ZC_STR(x) ZC_STR2(x)
+
+namespace {
+
+int cuda_fail(cudaError_t e, const char* what) {
+  zc_backend::set_error("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return 1;
+}
+
+template <class F>
+cudaError_t dispatch(int dtype, F&& f) {
+  switch (dtype) {
+    case zc::DT_BF16: return f(std::integral_constant<int, zc::DT_BF16>());
+    case zc::DT_F16: return f(std::integral_constant<int, zc::DT_F16>());
+    case zc::DT_F32: return f(std::integral_constant<int, zc::DT_F32>());
+    case zc::DT_E4M3: return f(std::integral_constant<int, zc::DT_E4M3>());
+    case zc::DT_E5M2: return f(std::integral_constant<int, zc::DT_E5M2>());
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+namespace zc_backend {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device / no driver" error
+    return 0;
+  }
+  return n;
+}
+
+int set_device(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaSetDevice");
+}
+
+int device_info(int device, DeviceInfo* info) {
+  if (set_device(device) != 0) return 1;
+  int sms = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return cuda_fail(e, "cudaDeviceGetAttribute");
+  info->sm_count = sms;
+  e = zc_launch::occupancy<zc::DT_BF16>(0, 0, &info->enc_ctas_per_sm);
+  if (e == cudaSuccess) e = zc_launch::occupancy<zc::DT_BF16>(1, zc::dec_smem_bytes(1), &info->dec_ctas_per_sm);
+  if (e != cudaSuccess) return cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (info->enc_ctas_per_sm < 1) info->enc_ctas_per_sm = 1;
+  if (info->dec_ctas_per_sm < 1) info->dec_ctas_per_sm = 1;
+  return 0;
+}
+
+int memset_async(void* p, int value, size_t n, zccl_stream_t s) {
+  if (n == 0) return 0;
+  cudaError_t e = cudaMemsetAsync(p, value, n, (cudaStream_t)s);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaMemsetAsync");
+}
+
+int memcpy_sync(void* dst, const void* src, size_t n, int kind, zccl_stream_t s) {
+  cudaMemcpyKind k = kind == 1 ? cudaMemcpyHostToDevice : kind == 2 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+  cudaError_t e = cudaMemcpyAsync(dst, src, n, k, (cudaStream_t)s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)s);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaMemcpyAsync");
+}
+
+int stream_sync(zccl_stream_t s) {
+  cudaError_t e = cudaStreamSynchronize((cudaStream_t)s);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaStreamSynchronize");
+}
+
+int dev_malloc(void** p, size_t n) {
+  cudaError_t e = cudaMalloc(p, n);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaMalloc");
+}
+
+int dev_free(void* p) {
+  cudaError_t e = cudaFree(p);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaFree");
+}
+
+int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s) {
+  cudaError_t e = dispatch(dtype, [&](auto dt) { return zc_launch::encode<decltype(dt)::value>(p, grid, (cudaStream_t)s); });
+  return e == cudaSuccess ? 0 : cuda_fail(e, "encode kernel launch");
+}
+
+int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s) {
+  cudaError_t e =
+      dispatch(dtype, [&](auto dt) { return zc_launch::fallback<decltype(dt)::value>(p, grid, (cudaStream_t)s); });
+  return e == cudaSuccess ? 0 : cuda_fail(e, "raw fallback kernel launch");
+}
+
+int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t s) {
+  cudaError_t e =
+      dispatch(dtype, [&](auto dt) { return zc_launch::decode<decltype(dt)::value>(p, grid, smem, (cudaStream_t)s); });
+  return e == cudaSuccess ? 0 : cuda_fail(e, "decode kernel launch");
+}
+
+int dec_ctas_per_sm(int dtype, size_t smem) {
+  int n = 0;
+  cudaError_t e = dispatch(dtype, [&](auto dt) { return zc_launch::occupancy<decltype(dt)::value>(1, smem, &n); });
+  if (e != cudaSuccess) {
+    cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return -1;
+  }
+  return n < 1 ? 1 : n;
+}
+
+const char* build_info() {
+  static char buf[256];
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  snprintf(buf, sizeof buf, "libzipccl_cuda ABI %d, nvcc %d.%d, CUDA runtime %d, driver %d, archs %s",
+           ZCCL_ABI_VERSION, __CUDACC_VER_MAJOR__, __CUDACC_VER_MINOR__, rt, drv, ZC_STR(ZC_ARCHS));
+  return buf;
+}
+
+}  // namespace zc_backend

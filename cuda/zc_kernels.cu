@@ -1,0 +1,87 @@
+// zc_kernels.cu: the __global__ kernels, thin wrappers over the CTA bodies
+// in zc_kernels.h, and their launchers. Compiled once per dtype
+// (-DZC_KERNEL_DTYPE_bf16, _f16, _f32, _e4m3, _e5m2).
+#include "zc_launch.h"
+
+#if defined(ZC_KERNEL_DTYPE_bf16)
+#define ZC_DT zc::DT_BF16
+#elif defined(ZC_KERNEL_DTYPE_f16)
+#define ZC_DT zc::DT_F16
+#elif defined(ZC_KERNEL_DTYPE_f32)
+#define ZC_DT zc::DT_F32
+#elif defined(ZC_KERNEL_DTYPE_e4m3)
+#define ZC_DT zc::DT_E4M3
+#elif defined(ZC_KERNEL_DTYPE_e5m2)
+#define ZC_DT zc::DT_E5M2
+#else
+#error "define ZC_KERNEL_DTYPE_<bf16|f16|f32|e4m3|e5m2>"
+#endif
+
+namespace {
+
+// 256 threads; at most 128 registers so that two CTAs fit on an SM.
+template <int DT>
+__global__ void __launch_bounds__(zc::kThreads, 2) k_encode(const __grid_constant__ zc::EncParams p) {
+  zc::encode_cta<DT>(p);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(zc::kThreads, 2) k_fallback(const __grid_constant__ zc::EncParams p) {
+  zc::fallback_cta<DT>(p);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(zc::kThreads, 2) k_decode(const __grid_constant__ zc::DecParams p) {
+  zc::decode_cta<DT>(p);
+}
+
+// Shared memory above the 48 KiB default needs an opt-in per kernel.
+template <class K>
+cudaError_t ensure_smem(K kernel, size_t smem) {
+  if (smem <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+}  // namespace
+
+namespace zc_launch {
+
+template <>
+cudaError_t encode<ZC_DT>(const zc::EncParams& p, int grid, cudaStream_t s) {
+  cudaError_t e = ensure_smem(k_encode<ZC_DT>, zc::enc_smem_bytes());
+  if (e != cudaSuccess) return e;
+  k_encode<ZC_DT><<<grid, zc::kThreads, zc::enc_smem_bytes(), s>>>(p);
+  return cudaGetLastError();
+}
+
+template <>
+cudaError_t fallback<ZC_DT>(const zc::EncParams& p, int grid, cudaStream_t s) {
+  cudaError_t e = ensure_smem(k_fallback<ZC_DT>, zc::fb_smem_bytes());
+  if (e != cudaSuccess) return e;
+  k_fallback<ZC_DT><<<grid, zc::kThreads, zc::fb_smem_bytes(), s>>>(p);
+  return cudaGetLastError();
+}
+
+template <>
+cudaError_t decode<ZC_DT>(const zc::DecParams& p, int grid, size_t smem, cudaStream_t s) {
+  cudaError_t e = ensure_smem(k_decode<ZC_DT>, smem);
+  if (e != cudaSuccess) return e;
+  k_decode<ZC_DT><<<grid, zc::kThreads, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <>
+cudaError_t occupancy<ZC_DT>(int which, size_t smem, int* per_sm) {
+  cudaError_t e;
+  if (which == 0) {
+    e = ensure_smem(k_encode<ZC_DT>, zc::enc_smem_bytes());
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k_encode<ZC_DT>, zc::kThreads, zc::enc_smem_bytes());
+  } else {
+    e = ensure_smem(k_decode<ZC_DT>, smem);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k_decode<ZC_DT>, zc::kThreads, smem);
+  }
+  return e;
+}
+
+}  // namespace zc_launch
