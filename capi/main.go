@@ -177,19 +177,7 @@ func zc_comm_submit(h C.uintptr_t, op *C.zc_op, errBuf *C.char, errLen C.int32_t
 		writeErr(errBuf, errLen, err.Error())
 		return C.ZC_ERR_INVALID
 	}
-	o := &comm.Op{
-		Ticket:  uint64(op.ticket),
-		Kind:    comm.Kind(op.kind),
-		Root:    int(op.root),
-		Tag:     int64(op.tag),
-		Timeout: int64(op.timeout_ms),
-		PreMul:  float64(op.premul),
-	}
-	o.DType = dtypeOf(op.dtype)
-	o.ReduceOp = reduceOf(op.redop)
-	elem := max(o.DType.Size(), 1)
-	o.In = buffers(op.in, op.n_in, elem)
-	o.Out = buffers(op.out, op.n_out, elem)
+	o := opOf(op) // gpu.go; device ops carry their stream and end event
 	if err := c.Submit(o); err != nil {
 		writeErr(errBuf, errLen, err.Error())
 		return C.int32_t(comm.CodeOf(err))

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define ZC_ABI_VERSION 1
+#define ZC_ABI_VERSION 2
 
 /* Element types (match backend/dtype). */
 enum {
@@ -112,6 +112,12 @@ typedef struct {
   int32_t n_out;
   const zc_buf* in;
   const zc_buf* out;
+  /* ABI 2: CUDA tensors (see "GPU path" at the end). All zero for an op on
+   * host memory. */
+  int32_t flags;       /* ZC_OPF_* */
+  int32_t device;      /* ZC_OPF_DEVICE: the CUDA device of every buffer */
+  uint64_t stream;     /* ZC_OPF_DEVICE: the cudaStream_t to enqueue on */
+  uintptr_t done;      /* ZC_OPF_DEVICE: the op's end event, for zc_dev_query_fn */
 } zc_op;
 
 typedef struct {
@@ -249,6 +255,61 @@ typedef int64_t (*zc_codec_bench_fn)(const void* src, int64_t nbytes,
                                      int32_t dtype, const char* options_json,
                                      char* out, int64_t cap, char* err,
                                      int32_t errlen);
+
+/*
+ * GPU path (ABI 2). An op whose buffers are CUDA device memory carries
+ * ZC_OPF_DEVICE, its device, the stream it must be enqueued on (the shim
+ * makes that stream wait for the caller's current stream first) and a
+ * handle of its end event. The shim first asks zc_comm_device_plan how the
+ * group runs it:
+ *   ZC_DEV_NCCL    submit it as a device op: zc_comm_submit enqueues it on
+ *                  the stream before returning (NCCL, or the CUDA kernels and
+ *                  NCCL when the switcher codes it), from the calling thread,
+ *                  whose current CUDA device must be op->device. The shim then
+ *                  records the end event on the stream (after any copy of the
+ *                  results it adds); the engine polls it with the query
+ *                  callback and delivers the op's completion through zc_poll
+ *                  when it completed, or the failure (timeout: the NCCL
+ *                  communicators are aborted; NCCL asynchronous errors). An
+ *                  error returned by zc_comm_submit means the op failed there.
+ *   ZC_DEV_STAGED  run it host-staged: copy the inputs to pinned host memory,
+ *                  submit an ordinary host op over those copies, copy the
+ *                  outputs back when it completes (the engine has logged the
+ *                  slow path once at WARN, with the reason).
+ * Every rank decides the same for the same op. The first plan of a group
+ * publishes this rank's GPU capabilities through the store and waits for
+ * those of the ranks the op involves (the whole group; the peer of a send
+ * or recv), so it blocks like a collective.
+ */
+enum { ZC_OPF_DEVICE = 1, ZC_OPF_DEFER = 2 /* coalescing: enqueued by zc_comm_device_flush */ };
+enum { ZC_DEV_NCCL = 1, ZC_DEV_STAGED = 2 };
+
+typedef struct {
+  int32_t path;        /* out: ZC_DEV_NCCL or ZC_DEV_STAGED */
+  int32_t reserved;
+  char reason[1024];   /* out: why staged (NUL-terminated) */
+} zc_dev_plan;
+
+/* Reports whether the end event behind done completed: 1 yes, 0 not yet
+ * (or not recorded yet), -1 with a message on error. Called from engine
+ * threads; implemented by the shim with c10::Event (no CUDA headers). */
+typedef int32_t (*zc_dev_query_fn)(uintptr_t done, char* err, int32_t errlen);
+
+/* Registers the query callback; call once after zc_init. Returns
+ * ZC_ABI_VERSION. */
+typedef int32_t (*zc_init_device_fn)(zc_dev_query_fn query);
+/* Decides op's path (op's buffers may be empty; kind, dtype, redop, root and
+ * the device fields count). ZC_ERR_INVALID when CUDA tensors cannot run op
+ * at all (e.g. a receive from any source), with the message. */
+typedef int32_t (*zc_comm_device_plan_fn)(uintptr_t comm, const zc_op* op,
+                                          zc_dev_plan* out, char* err,
+                                          int32_t errlen);
+/* Enqueues the device ops submitted with ZC_OPF_DEFER since the last flush
+ * as one NCCL group (so matching sends and receives of a coalescing block
+ * cannot deadlock). The caller's current device must be theirs. On error
+ * every deferred op also completes with it. */
+typedef int32_t (*zc_comm_device_flush_fn)(uintptr_t comm, char* err,
+                                           int32_t errlen);
 
 #ifdef __cplusplus
 }

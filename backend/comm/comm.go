@@ -53,6 +53,7 @@ type Comm struct {
 	z      compression                 // touched by the executor only
 	shared atomic.Pointer[compression] // a copy of z for point-to-point ops
 	stats  stats
+	dev    device // the GPU side (device.go), set up at the first CUDA op
 }
 
 type task struct {
@@ -60,6 +61,7 @@ type task struct {
 	seq      uint64
 	start    time.Time
 	wire     atomic.Int64 // payload bytes this rank sent for the op
+	uncoded  atomic.Int64 // what they stand for uncoded (0: the same as wire)
 	codecNs  atomic.Int64 // time spent coding and decoding
 	decision switcher.Decision
 }
@@ -141,6 +143,9 @@ func (c *Comm) Submit(op *Op) error {
 	if err := op.validate(c.cfg.Rank, c.cfg.Size); err != nil {
 		return err
 	}
+	if op.Dev != nil {
+		return c.submitDevice(op)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -164,7 +169,7 @@ func (c *Comm) Submit(op *Op) error {
 
 // complete delivers an op's outcome.
 func (c *Comm) complete(t *task, source int, err error) {
-	c.stats.record(t.op, t.wire.Load(), time.Since(t.start), time.Duration(t.codecNs.Load()), t.decision.Label(), err)
+	c.stats.record(t.op, t.wire.Load(), t.uncoded.Load(), time.Since(t.start), time.Duration(t.codecNs.Load()), t.decision.Label(), err)
 	if err != nil {
 		c.log.Infof("%s failed: %v", t.op.Kind, err)
 	} else if zlog.Enabled(zlog.Trace) {
@@ -251,12 +256,14 @@ func (c *Comm) Abort(reason string) {
 	}
 	err := fmt.Errorf("communicator aborted on rank %d: %s", c.cfg.Rank, reason)
 	c.breakGroup(err)
+	c.abortDevice(err.Error())
 	if c.mesh != nil {
 		c.mesh.SendAbort(err.Error())
 		c.mesh.Abort(err)
 	}
 	c.shutdownExecutor()
 	c.active.Wait()
+	c.closeDevice()
 }
 
 // closeWait bounds how long Close waits for ops still in flight before
@@ -277,6 +284,7 @@ func (c *Comm) Close() {
 		<-done
 	}
 	c.cancel(&brokenError{reason: "communicator shut down"})
+	c.closeDevice()
 	if c.mesh != nil {
 		c.mesh.Close()
 	}

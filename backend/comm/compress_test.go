@@ -64,10 +64,13 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 	const numel = 1 << 20 // 2 MiB of bf16: above the two-shot size
 	results := map[string][][]byte{}
 	wire := map[string]int64{}
+	byOp := map[string]map[string]OpStats{}
+	var r0 *Comm // rank 0 of the coded run
 	for _, mode := range []string{"never", "always"} {
 		r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": mode} })
 		var outs [][]byte
-		// all_reduce (sum, two-shot), all_gather, all_to_all, broadcast
+		// all_reduce (sum, two-shot), all_gather, reduce_scatter, all_to_all,
+		// broadcast
 		bufs := make([][]byte, n)
 		for _, x := range r.everyRank(func(rank int) *Op {
 			bufs[rank] = gaussBF16(uint64(rank), numel)
@@ -86,6 +89,32 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 		for rank := 0; rank < n; rank++ {
 			for j := 0; j < n; j++ {
 				require.Equal(t, gaussBF16(uint64(10+j), numel), ag[rank][j], "%s all_gather rank %d slot %d", mode, rank, j)
+			}
+		}
+		rs := make([][]byte, n)
+		for _, x := range r.everyRank(func(rank int) *Op {
+			rs[rank] = make([]byte, 2*numel)
+			in := [][]byte{gaussBF16(uint64(20+rank), numel), gaussBF16(uint64(30+rank), numel), gaussBF16(uint64(40+rank), numel)}
+			return &Op{Kind: ReduceScatter, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: in, Out: [][]byte{rs[rank]}}
+		}) {
+			require.NoError(t, x.err)
+		}
+		outs = append(outs, rs...)
+		a2a := make([][][]byte, n)
+		for _, x := range r.everyRank(func(rank int) *Op {
+			op := &Op{Kind: AllToAll, DType: dtype.BFloat16}
+			for j := range n {
+				op.In = append(op.In, gaussBF16(uint64(100*rank+j), numel))
+				op.Out = append(op.Out, make([]byte, 2*numel))
+			}
+			a2a[rank] = op.Out
+			return op
+		}) {
+			require.NoError(t, x.err)
+		}
+		for rank := range n {
+			for j := range n {
+				require.Equal(t, gaussBF16(uint64(100*j+rank), numel), a2a[rank][j], "%s all_to_all rank %d from %d", mode, rank, j)
 			}
 		}
 		bc := make([][]byte, n)
@@ -109,10 +138,21 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 		require.Equal(t, gaussBF16(5, numel), dst, "%s send/recv", mode)
 
 		results[mode] = outs
+		byOp[mode] = map[string]OpStats{}
+		for _, c := range r.comms { // summed over ranks: some send nothing
+			for name, s := range opStats(t, c) {
+				a := byOp[mode][name]
+				a.WireBytes += s.WireBytes
+				a.UncodedBytes += s.UncodedBytes
+				a.Ratio = float64(a.UncodedBytes) / float64(a.WireBytes)
+				byOp[mode][name] = a
+			}
+		}
 		for _, s := range opStats(t, r.comms[0]) {
 			wire[mode] += s.WireBytes
 		}
 		if mode == "always" {
+			r0 = r.comms[0]
 			st := opStats(t, r.comms[0])
 			require.NotZero(t, st["all_gather"].Choices["zip3"], "%v", st["all_gather"].Choices)
 			require.NotZero(t, st["send"].Choices["zip3"], "%v", st["send"].Choices)
@@ -120,7 +160,21 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 		}
 	}
 	for i := range results["never"] {
-		require.Equal(t, results["never"][i], results["always"][i], "all_reduce output %d differs between coded and uncoded", i)
+		require.Equal(t, results["never"][i], results["always"][i], "reduction output %d differs between coded and uncoded", i)
+	}
+	// Both modes run the same algorithms, so what the coded run's sends stand
+	// for uncoded is exactly what the uncoded run sent, op by op.
+	st := opStats(t, r0)
+	require.InDelta(t, float64(st["all_gather"].UncodedBytes)/float64(st["all_gather"].WireBytes), st["all_gather"].Ratio, 1e-12)
+	for name, never := range byOp["never"] {
+		coded := byOp["always"][name]
+		if name == "recv" { // receivers send nothing
+			require.Zero(t, never.WireBytes+coded.WireBytes)
+			continue
+		}
+		require.Equal(t, 1.0, never.Ratio, "%s uncoded ratio", name)
+		require.Equal(t, never.WireBytes, coded.UncodedBytes, "%s: uncoded equivalent of the coded run", name)
+		require.Greater(t, coded.Ratio, 1.2, "%s coded ratio", name)
 	}
 	ratio := float64(wire["never"]) / float64(wire["always"])
 	require.Greater(t, ratio, 1.3, "coded runs must send fewer bytes (never %d, always %d)", wire["never"], wire["always"])

@@ -58,6 +58,7 @@ type Op struct {
 	PreMul   float64
 	In       [][]byte
 	Out      [][]byte
+	Dev      *DeviceOp // non-nil: CUDA device memory, the GPU path (device.go)
 }
 
 func (op *Op) isReduction() bool {

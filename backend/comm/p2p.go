@@ -167,7 +167,10 @@ func (c *Comm) sendCoded(ctx context.Context, t *task, id uint32) error {
 		return err
 	}
 	var st zcoll.Stats
-	defer func() { t.codecNs.Add(st.EncodeNs.Load()) }()
+	defer func() {
+		t.codecNs.Add(st.EncodeNs.Load())
+		t.uncoded.Store(st.SentRaw.Load())
+	}()
 	return zcoll.SendSplit(ctx, func(slot uint32, bufs ...[]byte) error {
 		if err := c.mesh.Send(ctx, op.Root, transport.Key{Kind: transport.P2P, Seq: tag, Slot: partSlot(id, slot)}, &desc, bufs...); err != nil {
 			return err

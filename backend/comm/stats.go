@@ -11,12 +11,16 @@ import (
 
 // OpStats accumulates one op kind's traffic on one communicator.
 type OpStats struct {
-	Count     int64   `json:"count"`
-	Errors    int64   `json:"errors"`
-	RawBytes  int64   `json:"raw_bytes"`  // the op's payload as the user sees it
-	WireBytes int64   `json:"wire_bytes"` // payload bytes this rank sent (frame headers excluded)
-	Ratio     float64 `json:"ratio"`      // raw_bytes/wire_bytes
-	Seconds   float64 `json:"seconds"`    // from start to completion, summed
+	Count     int64 `json:"count"`
+	Errors    int64 `json:"errors"`
+	RawBytes  int64 `json:"raw_bytes"`  // the op's payload as the user sees it
+	WireBytes int64 `json:"wire_bytes"` // payload bytes this rank sent (frame headers excluded)
+	// UncodedBytes is what those sends stand for uncoded (the decoded
+	// length of each coded message); Ratio is uncoded_bytes/wire_bytes, the
+	// compression the wire saw (1 for uncoded ops, whatever the algorithm).
+	UncodedBytes int64   `json:"uncoded_bytes"`
+	Ratio        float64 `json:"ratio"`
+	Seconds      float64 `json:"seconds"` // from start to completion, summed
 	// CodecSeconds is the time spent coding and decoding; WireSeconds the
 	// rest of the op's time (transfers, waiting, reductions).
 	CodecSeconds float64 `json:"codec_seconds"`
@@ -41,7 +45,9 @@ func byteLen(bufs [][]byte) int64 {
 	return n
 }
 
-func (s *stats) record(op *Op, wire int64, d, codec time.Duration, choice string, err error) {
+// record adds one op; uncoded 0 means its sends were not coded (uncoded
+// equals wire).
+func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, choice string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.ops[op.Kind.String()]
@@ -58,6 +64,10 @@ func (s *stats) record(op *Op, wire int64, d, codec time.Duration, choice string
 	}
 	st.RawBytes += byteLen(op.In)
 	st.WireBytes += wire
+	if uncoded <= 0 {
+		uncoded = wire
+	}
+	st.UncodedBytes += uncoded
 	st.Seconds += d.Seconds()
 }
 
@@ -72,7 +82,7 @@ func (c *Comm) Stats() ([]byte, error) {
 		x.Choices = maps.Clone(v.Choices)
 		x.Ratio = 1
 		if x.WireBytes > 0 {
-			x.Ratio = float64(x.RawBytes) / float64(x.WireBytes)
+			x.Ratio = float64(x.UncodedBytes) / float64(x.WireBytes)
 		}
 		ops[k] = x
 	}
@@ -89,12 +99,12 @@ func (s *stats) summary() string {
 	}
 	sort.Strings(names)
 	out := ""
-	var raw, wire int64
+	var uncoded, wire int64
 	var codec float64
 	for _, k := range names {
 		v := s.ops[k]
 		out += fmt.Sprintf(" %s=%d", k, v.Count)
-		raw += v.RawBytes
+		uncoded += v.UncodedBytes
 		wire += v.WireBytes
 		codec += v.CodecSeconds
 	}
@@ -103,7 +113,7 @@ func (s *stats) summary() string {
 	}
 	ratio := 1.0
 	if wire > 0 {
-		ratio = float64(raw) / float64(wire)
+		ratio = float64(uncoded) / float64(wire)
 	}
-	return fmt.Sprintf("ops:%s; %d bytes sent for %d raw (ratio %.3f), %.3fs coding", out, wire, raw, ratio, codec)
+	return fmt.Sprintf("ops:%s; %d bytes sent for %d uncoded (ratio %.3f), %.3fs coding", out, wire, uncoded, ratio, codec)
 }

@@ -12,7 +12,10 @@ import (
 func (c *Comm) runZcoll(ctx context.Context, conn *opConn, op *Op, a collective.Args, t *task) error {
 	var st zcoll.Stats
 	za := zcoll.Args{Args: a, Stats: &st, Plan: zcoll.Plan{Framed: t.decision.Coded, Kind: t.decision.Kind, A2ADesign: 2}}
-	defer func() { t.codecNs.Add(st.EncodeNs.Load() + st.DecodeNs.Load()) }()
+	defer func() {
+		t.codecNs.Add(st.EncodeNs.Load() + st.DecodeNs.Load())
+		t.uncoded.Store(st.SentRaw.Load())
+	}()
 	switch op.Kind {
 	case AllReduce:
 		return zcoll.AllReduce(ctx, conn, za)

@@ -5,9 +5,12 @@
 package sysinfo
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/klauspost/cpuid/v2"
+
+	"github.com/zipccl/zipccl/backend/topology"
 )
 
 // CPU is the processor and the SIMD features the engine cares about.
@@ -17,13 +20,9 @@ type CPU struct {
 	Features []string `json:"features"`
 }
 
-// GPU is one device seen by the driver.
-type GPU struct {
-	Index    int    `json:"index"`
-	Name     string `json:"name"`
-	UUID     string `json:"uuid"`
-	MemoryMB uint64 `json:"memory_mb"`
-}
+// GPU is one device seen by the driver (index, name, uuid, memory_mb,
+// pci_bus_id, nvlinks, nvswitch).
+type GPU = topology.GPU
 
 // NCCL says whether (and where) an NCCL library was loaded.
 type NCCL struct {
@@ -39,9 +38,23 @@ type Info struct {
 	GoVersion     string `json:"go_version"`
 	CPU           CPU    `json:"cpu"`
 	GPUs          []GPU  `json:"gpus"`
-	GPUError      string `json:"gpu_error,omitempty"`
-	Driver        string `json:"driver_version,omitempty"`
-	NCCL          NCCL   `json:"nccl"`
+	// GPULinks: one entry per pair of GPUs, NVLink (direct, through an
+	// NVSwitch, or by the P2P capability) or PCIe (with its level).
+	GPULinks []topology.Link `json:"gpu_links"`
+	GPUError string          `json:"gpu_error,omitempty"`
+	Driver   string          `json:"driver_version,omitempty"`
+	HostID   string          `json:"host_id"`
+	NCCL     NCCL            `json:"nccl"`
+	// Kernels is the CUDA kernel library (libzipccl_cuda.so) the GPU path
+	// would load; it is loaded (and checked) only on a machine with GPUs.
+	Kernels Kernels `json:"cuda_kernels"`
+}
+
+// Kernels says where libzipccl_cuda.so is and whether it loads.
+type Kernels struct {
+	Path   string `json:"path,omitempty"`
+	Loaded bool   `json:"loaded"`
+	Error  string `json:"error,omitempty"`
 }
 
 // simd lists the features reported, in this order.
@@ -66,8 +79,18 @@ func ProbeCPU() CPU {
 // Probe gathers everything. ncclPath is the library to try first (torch's
 // wheel ships one); empty means the system's.
 func Probe(version, ncclPath string) Info {
-	info := Info{ZipcclVersion: version, GoVersion: runtime.Version(), CPU: ProbeCPU()}
-	info.GPUs, info.Driver, info.GPUError = probeGPUs()
+	info := Info{ZipcclVersion: version, GoVersion: runtime.Version(), CPU: ProbeCPU(), HostID: topology.HostID()}
+	topo := probeGPUs()
+	info.GPUs, info.GPULinks, info.Driver, info.GPUError = topo.GPUs, topo.SortedLinks(), topo.Driver, topo.Error
 	info.NCCL = probeNCCL(ncclPath)
+	info.Kernels.Path = os.Getenv("ZIPCCL_CUDA_LIB")
+	if KernelsProbe != nil {
+		info.Kernels = KernelsProbe(len(info.GPUs) > 0)
+	}
 	return info
 }
+
+// KernelsProbe, when set (by the GPU path's package), reports the kernel
+// library; haveGPU says whether the driver reported any GPU (the library is
+// loaded only then).
+var KernelsProbe func(haveGPU bool) Kernels

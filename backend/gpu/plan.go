@@ -1,0 +1,246 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/reduce"
+	"github.com/zipccl/zipccl/backend/switcher"
+	"github.com/zipccl/zipccl/backend/topology"
+)
+
+// Kind is an op kind; the values are the C ABI's ZC_OP_* (and comm.Kind's).
+type Kind uint8
+
+// The op kinds.
+const (
+	AllReduce     Kind = 1
+	Broadcast     Kind = 2
+	Reduce        Kind = 3
+	AllGather     Kind = 4
+	ReduceScatter Kind = 5
+	AllToAll      Kind = 6
+	Gather        Kind = 7
+	Scatter       Kind = 8
+	Send          Kind = 9
+	Recv          Kind = 10
+	Barrier       Kind = 11
+)
+
+func (k Kind) isReduction() bool { return k == AllReduce || k == Reduce || k == ReduceScatter }
+
+func (k Kind) isP2P() bool { return k == Send || k == Recv }
+
+// Path is where a CUDA op runs.
+type Path int32
+
+// The paths; the values are the C ABI's ZC_DEV_*.
+const (
+	PathNCCL   Path = 1 // NCCL on the device (and the CUDA kernels when coded)
+	PathStaged Path = 2 // copied to pinned host memory, the CPU path, copied back
+)
+
+func (p Path) String() string {
+	if p == PathStaged {
+		return "host-staged"
+	}
+	return "nccl"
+}
+
+// Plan is the decision for one op.
+type Plan struct {
+	Path   Path
+	Reason string // why staged; empty for NCCL
+	Refuse string // non-empty: the op cannot run on CUDA tensors at all
+}
+
+// Caps is what one rank publishes about its GPU side, once per group, at
+// its first CUDA op.
+type Caps struct {
+	Rank        int           `json:"rank"`
+	NCCLVersion int           `json:"nccl_version"` // 0: no NCCL
+	NCCLError   string        `json:"nccl_error,omitempty"`
+	Kernels     bool          `json:"kernels"`
+	KernelsErr  string        `json:"kernels_error,omitempty"`
+	Staged      string        `json:"staged,omitempty"` // non-empty: this rank forces the staged path
+	Device      int           `json:"device"`
+	Peer        topology.Peer `json:"peer"`
+}
+
+// agreement is what a set of ranks (the group, or the two ends of a
+// point-to-point op) can do together; every member computes the same one
+// from the same Caps.
+type agreement struct {
+	nccl        bool
+	ncclVersion int // the oldest among them
+	ncclWhy     string
+	kernels     bool
+	kernelsWhy  string
+	nvlink      bool // all on one host, every pair NVLink-connected
+	nvlinkWhy   string
+	staged      string // forced by a rank
+}
+
+// agree folds caps. topo and host are this host's view, used for the NVLink
+// question (ranks on other hosts are never NVLink peers, and ranks on this
+// host see the same topology).
+func agree(caps []Caps, topo topology.Topology, host string) agreement {
+	a := agreement{nccl: true, kernels: true}
+	var noNCCL, noKernels, forced []string
+	for _, c := range caps {
+		if c.NCCLVersion == 0 {
+			noNCCL = append(noNCCL, fmt.Sprintf("rank %d (%s)", c.Rank, firstNonEmpty(c.NCCLError, "no NCCL")))
+		} else if a.ncclVersion == 0 || c.NCCLVersion < a.ncclVersion {
+			a.ncclVersion = c.NCCLVersion
+		}
+		if !c.Kernels {
+			noKernels = append(noKernels, fmt.Sprintf("rank %d (%s)", c.Rank, firstNonEmpty(c.KernelsErr, "no kernel library")))
+		}
+		if c.Staged != "" {
+			forced = append(forced, fmt.Sprintf("rank %d (%s)", c.Rank, c.Staged))
+		}
+	}
+	if len(noNCCL) > 0 {
+		a.nccl = false
+		a.ncclWhy = "NCCL is missing on " + strings.Join(noNCCL, ", ")
+	}
+	if len(noKernels) > 0 {
+		a.kernels = false
+		a.kernelsWhy = "the CUDA kernel library is missing on " + strings.Join(noKernels, ", ")
+	}
+	if len(forced) > 0 {
+		a.staged = "forced by " + strings.Join(forced, ", ")
+	}
+	peers := make([]topology.Peer, len(caps))
+	for i, c := range caps {
+		peers[i] = c.Peer
+	}
+	a.nvlink, a.nvlinkWhy = topology.AllNVLink(topo, host, peers)
+	return a
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
+}
+
+// ncclType maps a dtype to the NCCL type reductions use; ok is false where
+// NCCL has no such type (int16, the float8 formats before NCCL 2.24, bool
+// is handled as uint8 by the caller).
+func ncclType(dt dtype.DType) (ncclDataType, bool) {
+	switch dt {
+	case dtype.Float32:
+		return ncclFloat32, true
+	case dtype.Float64:
+		return ncclFloat64, true
+	case dtype.Float16:
+		return ncclFloat16, true
+	case dtype.BFloat16:
+		return ncclBfloat16, true
+	case dtype.Int8:
+		return ncclInt8, true
+	case dtype.UInt8, dtype.Bool:
+		return ncclUint8, true
+	case dtype.Int32:
+		return ncclInt32, true
+	case dtype.Int64:
+		return ncclInt64, true
+	}
+	return 0, false
+}
+
+// ncclReduction maps a reduction (dtype, op) to NCCL. premul means the op
+// must be created with ncclRedOpCreatePreMulSum. why says what NCCL lacks
+// (the op then takes the staged path). Bool follows the engine (and
+// ProcessGroupNCCL): SUM and MAX are OR (max of 0/1 bytes), PRODUCT and MIN
+// are AND (min).
+func ncclReduction(dt dtype.DType, op reduce.Op, version int) (t ncclDataType, o ncclRedOp, premul bool, why string) {
+	if err := reduce.Check(dt, op); err != nil {
+		return 0, 0, false, err.Error()
+	}
+	t, ok := ncclType(dt)
+	if !ok {
+		return 0, 0, false, fmt.Sprintf("NCCL cannot reduce %s", dt)
+	}
+	if dt == dtype.BFloat16 && version < 21000 {
+		return 0, 0, false, "NCCL before 2.10 cannot reduce bfloat16"
+	}
+	if dt == dtype.Bool {
+		switch op {
+		case reduce.Sum, reduce.Max, reduce.BOr:
+			return t, ncclMax, false, ""
+		case reduce.Product, reduce.Min, reduce.BAnd:
+			return t, ncclMin, false, ""
+		}
+		return 0, 0, false, fmt.Sprintf("NCCL has no %s", op)
+	}
+	switch op {
+	case reduce.Sum:
+		return t, ncclSum, false, ""
+	case reduce.Product:
+		return t, ncclProd, false, ""
+	case reduce.Min:
+		return t, ncclMin, false, ""
+	case reduce.Max:
+		return t, ncclMax, false, ""
+	case reduce.Avg:
+		if version < 21000 {
+			return 0, 0, false, "NCCL before 2.10 has no AVG"
+		}
+		return t, ncclAvg, false, ""
+	case reduce.PreMulSum:
+		if version < 21100 {
+			return 0, 0, false, "NCCL before 2.11 has no PREMUL_SUM"
+		}
+		return t, 0, true, ""
+	}
+	return 0, 0, false, fmt.Sprintf("NCCL has no %s", op)
+}
+
+// codedOnGPU reports whether the GPU's coded path handles op at all (the
+// switcher and the buffer layout decide the rest): zip3-coded dtypes, the
+// collectives of the coded path, and SUM or PRODUCT for reductions.
+func codedOnGPU(kind Kind, dt dtype.DType, op reduce.Op) bool {
+	switch kind {
+	case AllReduce, ReduceScatter:
+		if op != reduce.Sum && op != reduce.Product {
+			return false
+		}
+	case AllGather, AllToAll, Broadcast:
+	default:
+		return false
+	}
+	return switcher.Compressible(dt)
+}
+
+// decide chooses the path of op from what the ranks involved can do
+// together. It depends only on agreed inputs, so every rank decides the
+// same.
+func decide(op *Op, a agreement, mode switcher.Mode) Plan {
+	staged := func(why string) Plan { return Plan{Path: PathStaged, Reason: why} }
+	switch {
+	case op.Kind == Recv && op.Root < 0:
+		// The sender cannot know, so it could not stage its half to match.
+		return Plan{Refuse: "receiving CUDA tensors from any source is not supported (NCCL has no any-source receive); name the source rank"}
+	case a.staged != "":
+		return staged(a.staged)
+	case !a.nccl:
+		return staged(a.ncclWhy)
+	}
+	if op.Kind.isReduction() {
+		if _, _, _, why := ncclReduction(op.DType, op.ReduceOp, a.ncclVersion); why != "" {
+			return staged(why)
+		}
+	}
+	if mode == switcher.Always && !a.kernels && !a.nvlink && codedOnGPU(op.Kind, op.DType, op.ReduceOp) {
+		// The user asked for compression and the GPU cannot code: the
+		// host codes it.
+		return staged("compression is on (mode always) but " + a.kernelsWhy)
+	}
+	return Plan{Path: PathNCCL}
+}

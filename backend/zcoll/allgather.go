@@ -1,0 +1,212 @@
+package zcoll
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/collective"
+)
+
+// AllGather collects every rank's In[0] into Out[j] (one buffer per rank)
+// on all ranks, with the contract of collective.AllGather: shards may differ
+// in length between ranks but every rank passes the same lengths,
+// len(Out[me]) == len(In[0]), and Out[me] may be the same memory as In[0].
+// In framed mode every length must be a whole number of elements.
+//
+// Algorithm: a pipelined ring. At step t (0..N-2) rank r sends block
+// (r-t) mod N to r+1 and receives block (r-t-1) mod N from r-1, segment by
+// segment, forwarding each segment as soon as it is in. In framed mode each
+// rank codes its own shard once (one frame per segment); the frames travel
+// the ring unchanged (never recoded) and every rank decodes each of them
+// into Out while the next ones arrive. In plain mode segments are received
+// straight into Out and forwarded from there.
+func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
+	const op = "allgather"
+	r, err := newRun(op, "ring", c, &a, false)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "In", len(a.In), 1); err != nil {
+		return err
+	}
+	if err := need(op, "Out", len(a.Out), r.n); err != nil {
+		return err
+	}
+	in := a.In[0]
+	if len(a.Out[r.me]) != len(in) {
+		return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[%d] %d", op, len(in), r.me, len(a.Out[r.me]))
+	}
+	if err := r.wholeElements(a.Out...); err != nil {
+		return err
+	}
+	if r.n-1 > maxSteps {
+		return fmt.Errorf("zcoll: %s: group of %d is too large for the ring", op, r.n)
+	}
+	total := 0
+	for _, b := range a.Out {
+		total += len(b)
+	}
+	local := func() {
+		if !same(a.Out[r.me], in) {
+			copy(a.Out[r.me], in)
+		}
+	}
+	if r.n == 1 || total == 0 {
+		local()
+		return nil
+	}
+	g, gctx := newGroup(ctx)
+	r.gatherRing(g, gctx, 0, a.Out, in, nil, nil)
+	g.Go(func() error { local(); return nil }) // no other goroutine writes Out[me]
+	return g.Wait()
+}
+
+// gatherRing starts, in sp, the ring all-gather of blocks dst (dst[b] is
+// where block b lands; dst[me] is not written) with this rank's block read
+// from src, at steps step0 .. step0+N-2. ready(ctx, k), if not nil, waits
+// until segment k of src is final; gate, if not nil, says when segment k
+// of dst[b] may be overwritten.
+func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byte, src []byte,
+	ready func(ctx context.Context, k int) error, gate *ringGate) {
+	n, me := r.n, r.me
+	next := (me + 1) % n
+	cuts := make([]cut, n)
+	for b := range n {
+		cuts[b] = r.cut(len(dst[b]))
+	}
+	cuts[me] = r.cut(len(src))
+	// This rank's block: step 0, coded once.
+	own := cuts[me]
+	if own.n > 0 {
+		if !r.framed {
+			sp.Go(func() error {
+				for k := range own.n {
+					if ready != nil {
+						if err := ready(ctx, k); err != nil {
+							return err
+						}
+					}
+					if err := r.send(ctx, next, step0, k, own.of(src, k)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		} else {
+			q := make(chan []byte, sendDepth)
+			sp.Go(func() error {
+				for k := range own.n {
+					if ready != nil {
+						if err := ready(ctx, k); err != nil {
+							return err
+						}
+					}
+					f, err := r.encodeFrame(own.of(src, k))
+					if err != nil {
+						return err
+					}
+					if err := put(ctx, q, f); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			sp.Go(func() error {
+				for k := range own.n {
+					f, err := take(ctx, q)
+					if err != nil {
+						return err
+					}
+					if err := r.send(ctx, next, step0, k, f); err != nil {
+						return err
+					}
+					r.pool.Put(f)
+				}
+				return nil
+			})
+		}
+	}
+	// Everything received: block (me-t-1) mod n at step t, forwarded at
+	// step t+1 unless it has gone round (t == n-2). The steps overlap (the
+	// predecessor forwards while it still sends its own block), so each has
+	// its own receivers.
+	w := windowFor(r.cut(max(len(src), 1)).size, n-1, r.framed)
+	for t := range n - 1 {
+		b := ((me-t-1)%n + n) % n
+		spread(sp, w, cuts[b].n, func(k int) error {
+			return r.ringRecv(ctx, step0, t, b, k, cuts[b].of(dst[b], k), gate)
+		})
+	}
+}
+
+// ringRecv receives segment k of block b at ring step t into seg (decoding
+// it in framed mode) and forwards it unless the block has gone round.
+func (r *run) ringRecv(ctx context.Context, step0, t, b, k int, seg []byte, gate *ringGate) error {
+	n := r.n
+	next, prev := (r.me+1)%n, (r.me+n-1)%n
+	wait := func() error {
+		if gate == nil {
+			return nil
+		}
+		return gate.wait(ctx, b, k)
+	}
+	if !r.framed {
+		dst := seg
+		if gate != nil && !gate.released(b, k) {
+			// seg is still being sent: post the receive into scratch now
+			// (a late receive would cost the transport a copy too).
+			dst = r.pool.Get(len(seg))
+			defer r.pool.Put(dst)
+			ringScratch.Add(1)
+		}
+		if err := r.recv(ctx, prev, step0+t, k, dst); err != nil {
+			return err
+		}
+		if len(dst) > 0 && &dst[0] != &seg[0] {
+			if err := wait(); err != nil {
+				return err
+			}
+			copy(seg, dst)
+		}
+		if t < n-2 {
+			return r.send(ctx, next, step0+t+1, k, seg)
+		}
+		return nil
+	}
+	buf := r.pool.Get(codec.MaxEncodedLen(len(seg), r.dt))
+	defer r.pool.Put(buf)
+	nb, err := r.recvUpTo(ctx, prev, step0+t, k, buf)
+	if err != nil {
+		return err
+	}
+	frame := buf[:nb]
+	if t < n-2 {
+		if err := r.send(ctx, next, step0+t+1, k, frame); err != nil {
+			return err
+		}
+	}
+	if err := wait(); err != nil {
+		return err
+	}
+	if err := decodeFrame(r.st, seg, frame, r.dt); err != nil {
+		return r.wrap("recv", prev, step0+t, k, err)
+	}
+	return nil
+}
+
+// ringScratch counts plain all-gather receives that went through scratch
+// because their destination was still being sent (for tests).
+var ringScratch atomic.Int64
+
+// ringGate tells the all-gather when a segment of a block may be
+// overwritten (all-reduce: once this rank no longer reads its own
+// contribution there).
+type ringGate struct {
+	gates []*gate
+}
+
+func (g *ringGate) released(b, k int) bool { return g.gates[b].released(k) }
+
+func (g *ringGate) wait(ctx context.Context, b, k int) error { return g.gates[b].wait(ctx, k) }

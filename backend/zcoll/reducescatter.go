@@ -1,0 +1,227 @@
+package zcoll
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/reduce"
+)
+
+// ReduceScatter reduces block j (In[j], one per rank, all of equal length)
+// across ranks and leaves the result for block me in Out[0], with the
+// contract of collective.ReduceScatter: In is never modified; Out[0] may be
+// the same memory as In[me] (in place) but must not otherwise overlap In.
+//
+// Algorithm: an all-to-all of In[j] to rank j (plain, design 1 or design 2
+// as the Plan says, pipelined by segment), then a local reduction of the N
+// contributions of each segment of my block in rank order 0..N-1, folded as
+// soon as the next contribution in that order is in (see the package
+// documentation for the arithmetic: float32 accumulation with one rounding
+// for bfloat16/float16/float8 SUM and PRODUCT, the dtype otherwise). Only
+// a few segments per peer are held in scratch at a time.
+func ReduceScatter(ctx context.Context, c collective.VarConn, a Args) error {
+	const op = "reducescatter"
+	r, err := newRun(op, "alltoall", c, &a, false)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "In", len(a.In), r.n); err != nil {
+		return err
+	}
+	if err := need(op, "Out", len(a.Out), 1); err != nil {
+		return err
+	}
+	out := a.Out[0]
+	for j, b := range a.In {
+		if len(b) != len(out) {
+			return fmt.Errorf("zcoll: %s: In[%d] has %d bytes, Out[0] %d", op, j, len(b), len(out))
+		}
+	}
+	if err := checkReduce(op, &a, len(out)); err != nil {
+		return err
+	}
+	for j, in := range a.In {
+		if overlaps(out, in) && !(j == r.me && same(out, in)) {
+			return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[%d]", op, j)
+		}
+	}
+	if r.n == 1 || len(out) == 0 {
+		if !same(out, a.In[r.me]) {
+			copy(out, a.In[r.me])
+		}
+		return nil
+	}
+	return r.reduceScatter(ctx, a.Op, a.In, out, rsHooks{})
+}
+
+// paceLag is how many segments one stream of a reduce-scatter may run
+// ahead of the slowest other.
+const paceLag = 4
+
+// rsHooks let all-reduce run its all-gather inside the reduce-scatter.
+type rsHooks struct {
+	sent    func(p, k int)                        // segment k of block p is no longer read by its sender
+	reduced func(k int)                           // segment k of out is final
+	more    func(sp spawner, ctx context.Context) // more goroutines for the same group
+}
+
+// reduceScatter runs the exchange and the fold: blocks[p] is this rank's
+// contribution to rank p's block (blocks[me] is its own), out receives the
+// reduced block me (len(out) == len(blocks[me]); it may be exactly
+// blocks[me]).
+func (r *run) reduceScatter(ctx context.Context, op reduce.Op, blocks [][]byte, out []byte, h rsHooks) error {
+	g, gctx := newGroup(ctx)
+	// The streams to the peers are paced: none sends segment k before every
+	// other has sent segment k-paceLag, so that each receiver (which folds
+	// in rank order, holding only a few segments per peer) gets a peer's
+	// segments at about the rate of the others'.
+	progress := newGates(r.n)
+	for p := range r.n {
+		if p == r.me || len(blocks[p]) == 0 {
+			progress[p].open()
+		}
+	}
+	pace := func(self, count int) func(ctx context.Context, k int) error {
+		return func(ctx context.Context, k int) error {
+			if k == count {
+				progress[self].open() // all sent
+				return nil
+			}
+			if k > 0 {
+				progress[self].advance() // segment k-1 is sent
+			}
+			if k < paceLag {
+				return nil
+			}
+			for q := range r.n {
+				if q != self {
+					if err := progress[q].wait(ctx, k-paceLag); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	for p := range r.n {
+		if p == r.me || len(blocks[p]) == 0 {
+			continue
+		}
+		c := r.cut(len(blocks[p]))
+		var rel func(k int)
+		if h.sent != nil {
+			rel = func(k int) { h.sent(p, k) }
+		}
+		r.outbound(g, gctx, p, 0, c, blocks[p], rel, pace(p, c.n))
+	}
+	mine := r.cut(len(out))
+	streams := make([]*window, r.n)
+	for p := range r.n {
+		if p != r.me {
+			streams[p] = r.inbound(g, gctx, p, 0, mine, func(k int) msg {
+				return msg{buf: r.pool.Get(mine.len(k)), scratch: true}
+			}, true)
+		}
+	}
+	g.Go(func() error { return r.fold(gctx, op, out, blocks[r.me], mine, streams, h.reduced) })
+	if h.more != nil {
+		h.more(g, gctx)
+	}
+	return g.Wait()
+}
+
+// fold reduces, segment by segment, the contributions of every rank in rank
+// order into out: own is this rank's contribution, streams[p] delivers
+// rank p's segments in order.
+func (r *run) fold(ctx context.Context, op reduce.Op, out, own []byte, c cut, streams []*window, reduced func(k int)) error {
+	n, me, dt := r.n, r.me, r.dt
+	widened := n >= 3 && reduce.Accumulable(dt, op)
+	var acc []float32
+	if widened {
+		buf := r.pool.Get(c.size / r.es * 4)
+		defer r.pool.Put(buf)
+		acc = f32s(buf, c.size/r.es)
+	}
+	// In place with me >= 2, the dtype fold must not overwrite own before
+	// folding it in: it runs in side until then (reduce.Reduce3 allows the
+	// destination to be exactly an operand).
+	var side []byte
+	if !widened && n >= 3 && me >= 2 && same(out, own) {
+		side = r.pool.Get(c.size)
+		defer r.pool.Put(side)
+	}
+	release := func(m msg) {
+		if m.scratch {
+			r.pool.Put(m.buf)
+		}
+	}
+	for k := range c.n {
+		o := c.of(out, k)
+		cur := o
+		if side != nil {
+			cur = side[:len(o)]
+		}
+		var a []float32
+		if widened {
+			a = acc[:len(o)/r.es]
+		}
+		var x0 msg
+		for i := range n {
+			var m msg
+			if i == me {
+				m = msg{buf: c.of(own, k)}
+			} else {
+				var err error
+				if m, err = streams[i].next(ctx, k); err != nil {
+					return err
+				}
+			}
+			if i == 0 {
+				x0 = m
+				continue
+			}
+			start := time.Now()
+			switch {
+			case n == 2:
+				reduce.Reduce3(dt, op, o, x0.buf, m.buf)
+			case widened && i == 1:
+				reduce.AccumInit(dt, op, a, x0.buf, m.buf)
+			case widened && i < n-1:
+				reduce.Accum(dt, op, a, m.buf)
+			case widened:
+				reduce.AccumFinish(dt, op, o, a, m.buf)
+			case i == 1:
+				reduce.Reduce3(dt, op, cur, x0.buf, m.buf)
+			case i == me && side != nil:
+				reduce.Reduce3(dt, op, o, cur, m.buf) // m.buf is o: exact aliasing
+				cur = o
+			default:
+				reduce.Reduce(dt, op, cur, m.buf)
+			}
+			r.st.reduced(start)
+			if i == 1 {
+				release(x0)
+			}
+			release(m)
+		}
+		if reduced != nil {
+			reduced(k)
+		}
+	}
+	return nil
+}
+
+// f32s views the first n float32s of b (a pool buffer, which the allocator
+// aligns to at least 8 bytes), or allocates if b is not aligned.
+func f32s(b []byte, n int) []float32 {
+	if n == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 != 0 || len(b) < 4*n {
+		return make([]float32, n)
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}

@@ -1,0 +1,197 @@
+package zcoll
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/dtype"
+)
+
+// cut describes how a block of total bytes is cut into segments.
+type cut struct {
+	size  int // segment size; the last one may be shorter
+	n     int // number of segments; 0 for an empty block
+	total int
+}
+
+// segSize is the segment size for a block of nbytes of es-byte elements
+// when want bytes were asked for (0: the default). It depends only on its
+// arguments, so the sender and the receiver of a block cut it alike.
+func segSize(nbytes, es, want int, framed bool) int {
+	if want <= 0 {
+		// about 8 segments per block, within [SegmentMin, the mode's max];
+		// framed segments are whole codec blocks (65536 elements) where
+		// they can be
+		hi := DefaultPlainSegmentMax
+		if framed {
+			hi = DefaultSegment
+		}
+		want = min(max(nbytes/8, SegmentMin), hi)
+		if cb := 1 << 16 * es; framed && want >= cb {
+			want = want / cb * cb
+		}
+	}
+	s := max(want/es*es, es)
+	if nbytes > 0 {
+		s = max(s, ceilDiv(ceilDiv(nbytes, maxSegments), es)*es)
+	}
+	return s
+}
+
+func (r *run) cut(nbytes int) cut {
+	s := segSize(nbytes, r.es, r.segReq, r.framed)
+	return cut{size: s, n: ceilDiv(nbytes, s), total: nbytes}
+}
+
+// len is the length of segment k.
+func (c cut) len(k int) int { return min(c.size, c.total-k*c.size) }
+
+// of returns segment k of buf (a block of c.total bytes), capacity clipped.
+func (c cut) of(buf []byte, k int) []byte {
+	lo := k * c.size
+	hi := min(lo+c.size, len(buf))
+	return buf[lo:hi:hi]
+}
+
+// split cuts buf into n consecutive blocks of whole es-byte elements: block
+// i gets numel/n elements, and the first numel%n blocks one more (as
+// collective's ring does).
+func split(buf []byte, n, es int) [][]byte {
+	numel := len(buf) / es
+	q, rem := numel/n, numel%n
+	out := make([][]byte, n)
+	off := 0
+	for i := range out {
+		cnt := q
+		if i < rem {
+			cnt++
+		}
+		end := off + cnt*es
+		out[i] = buf[off:end:end]
+		off = end
+	}
+	return out
+}
+
+// same reports whether a and b are the same memory (or both empty).
+func same(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
+// overlaps reports whether a and b share any byte of memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+// Coders are reused across operations; each is used by one goroutine at a
+// time.
+var (
+	encoders = sync.Pool{New: func() any { return codec.NewEncoder() }}
+	decoders = sync.Pool{New: func() any { return codec.NewDecoder() }}
+)
+
+// reallocs counts encodes whose output outgrew the pooled buffer (tests
+// check it stays 0: each one would be an allocation per segment).
+var reallocs atomic.Int64
+
+// CorruptError reports a received frame or part that failed to decode (a
+// checksum mismatch, a malformed or truncated message, or one that does not
+// describe the expected segment). It concerns one exchange only.
+type CorruptError struct {
+	Err error
+}
+
+func (e *CorruptError) Error() string { return "zcoll: corrupt message: " + e.Err.Error() }
+
+// Unwrap returns the cause (wrapping one of codec's errors, or a mismatch).
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// PairLocal reports that the failure concerns one exchange only.
+func (e *CorruptError) PairLocal() bool { return true }
+
+func corrupt(format string, args ...any) error {
+	return &CorruptError{Err: fmt.Errorf(format, args...)}
+}
+
+// resolve returns the concrete kind to code src with.
+func resolve(src []byte, dt dtype.DType, k codec.Kind) codec.Kind {
+	if k == codec.Auto {
+		k = codec.ChooseKind(src, dt)
+	}
+	return codec.EffectiveKind(dt, k)
+}
+
+// frameCap bounds the buffer Encoder.Encode needs (including its transient
+// headroom) for nbytes of dt coded as the concrete kind k.
+func frameCap(nbytes int, dt dtype.DType, k codec.Kind) int {
+	// Encode reserves an extra Align bytes; coded kinds fall back to the
+	// raw frame in the same buffer.
+	raw := codec.MaxEncodedLen(nbytes, dt) + codec.Align
+	numel := nbytes / dt.Size()
+	st := codec.StaticLen(numel, dt, k)
+	switch k {
+	case codec.Zip3: // at most one escape byte per element, then padding
+		return max(raw, codec.HeaderLen+st+2*codec.Align+numel)
+	case codec.Huff:
+		return max(raw, codec.HeaderLen+st+2*codec.Align+numel+huffSlack+2*ceilDiv(numel, 1<<16))
+	}
+	return raw
+}
+
+// huffSlack is the Huffman coder's transient headroom: the encoder reserves
+// 3 blocks' worth of bytes, and a block in progress may need up to 19/8
+// bytes per element of one 65536-element block.
+const huffSlack = 3 << 16
+
+// encodeFrame codes src (one segment) as one frame in a pool buffer.
+func (r *run) encodeFrame(src []byte) ([]byte, error) {
+	return encodeFrame(r.pool, r.st, src, r.dt, r.kind)
+}
+
+func encodeFrame(pool *collective.Pool, st *Stats, src []byte, dt dtype.DType, kind codec.Kind) ([]byte, error) {
+	start := time.Now()
+	k := resolve(src, dt, kind)
+	buf := pool.Get(frameCap(len(src), dt, k))[:0]
+	e := encoders.Get().(*codec.Encoder)
+	f, err := e.Encode(buf, src, dt, k)
+	encoders.Put(e)
+	if err != nil {
+		pool.Put(buf)
+		return nil, fmt.Errorf("zcoll: encoding: %w", err)
+	}
+	if cap(f) != cap(buf) {
+		reallocs.Add(1)
+	}
+	st.encoded(start, len(src), len(f))
+	return f, nil
+}
+
+// decodeFrame decodes frame, which must be exactly one frame of dt holding
+// len(dst) bytes, into dst.
+func decodeFrame(st *Stats, dst, frame []byte, dt dtype.DType) error {
+	start := time.Now()
+	h, err := codec.PeekHeader(frame)
+	if err != nil {
+		return &CorruptError{Err: err}
+	}
+	if h.DType != dt || h.RawLen != len(dst) || h.FrameLen != len(frame) {
+		return corrupt("frame of %d %v bytes in a %d-byte message, want %d %v bytes", h.RawLen, h.DType, len(frame), len(dst), dt)
+	}
+	d := decoders.Get().(*codec.Decoder)
+	_, err = d.Decode(dst, frame)
+	decoders.Put(d)
+	if err != nil {
+		return &CorruptError{Err: err}
+	}
+	st.decoded(start, len(dst))
+	return nil
+}
