@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -22,8 +23,9 @@ import (
 
 // Reserved slots (the top bit is the engine's).
 const (
-	checkSlot = 0x80000000
-	probeSlot = 0x81000000
+	checkSlot  = 0x80000000
+	probeSlot  = 0x81000000
+	statusSlot = 0x82000000
 )
 
 // fold runs a dissemination all-reduce of a fixed-size record: in round r
@@ -127,4 +129,52 @@ func (c *Comm) agree(ctx context.Context, conn *opConn, tele telemetry) (telemet
 	return telemetry{}, &mismatchError{msg: fmt.Sprintf("ranks disagree on the operation: rank %d called %s but rank %d called %s",
 		binary.LittleEndian.Uint32(lo[transport.DescLen:]), decodeDesc(dlo),
 		binary.LittleEndian.Uint32(hi[transport.DescLen:]), decodeDesc(dhi))}
+}
+
+// A block's size in an all_to_all is known only to its sender and its
+// receiver, so a split mismatch fails the receiver alone. After every
+// all_to_all the group therefore folds each rank's outcome (a failed rank's
+// error text, the lowest failed rank winning) so that every rank fails
+// with the receiver's message. It costs ceil(log2 N) tiny rounds.
+const statusTextLen = 240
+
+func putStatus(rec []byte, rank int, text string) {
+	rec[0] = 1
+	binary.LittleEndian.PutUint32(rec[1:], uint32(rank))
+	copy(rec[5:], text)
+}
+
+func mergeStatus(mine, theirs []byte) {
+	if theirs[0] == 0 {
+		return
+	}
+	if mine[0] == 0 || binary.LittleEndian.Uint32(theirs[1:]) < binary.LittleEndian.Uint32(mine[1:]) {
+		copy(mine, theirs)
+	}
+}
+
+// splitStatus shares dataErr (this rank's all_to_all outcome) over the
+// group and returns the error this rank reports: its own, or the lowest
+// failed rank's.
+func (c *Comm) splitStatus(ctx context.Context, conn *opConn, fields descFields, dataErr error) error {
+	rec := make([]byte, 5+statusTextLen)
+	if dataErr != nil {
+		text := dataErr.Error()
+		var tme *transport.MismatchError
+		if errors.As(dataErr, &tme) {
+			text = c.describeMismatch(fields, tme)
+		}
+		putStatus(rec, c.cfg.Rank, text)
+	}
+	if err := c.fold(ctx, conn.seq, statusSlot, &conn.desc, rec, mergeStatus); err != nil {
+		if dataErr != nil {
+			return dataErr
+		}
+		return err
+	}
+	if dataErr != nil || rec[0] == 0 {
+		return dataErr
+	}
+	text := string(bytes.TrimRight(rec[5:], "\x00"))
+	return &mismatchError{msg: fmt.Sprintf("rank %d failed it: %s", binary.LittleEndian.Uint32(rec[1:]), text)}
 }

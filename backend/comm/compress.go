@@ -264,9 +264,13 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 	return nil
 }
 
-// codecSpeed times an encode and a decode of sample with kind k, in raw
-// bytes per second. Each is run once to warm scratch buffers and caches,
-// then timed.
+// codecSpeedRuns: the codec's speed is the fastest of this many timed runs
+// (after a warm-up), so that one preemption on a busy machine does not make
+// the group (which keeps its slowest rank's figure) give up on coding.
+const codecSpeedRuns = 4
+
+// codecSpeed times encodes and decodes of sample with kind k, in raw bytes
+// per second.
 func codecSpeed(sample []byte, dt dtype.DType, k codec.Kind) (enc, dec float64) {
 	if len(sample) == 0 {
 		return 0, 0
@@ -274,11 +278,11 @@ func codecSpeed(sample []byte, dt dtype.DType, k codec.Kind) (enc, dec float64) 
 	e, d := codec.NewEncoder(), codec.NewDecoder()
 	frame := make([]byte, 0, codec.MaxEncodedLen(len(sample), dt))
 	out := make([]byte, len(sample))
-	var encT, decT time.Duration
-	for i := 0; i < 2; i++ {
+	encT, decT := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for i := 0; i <= codecSpeedRuns; i++ {
 		start := time.Now()
 		f, err := e.Encode(frame[:0], sample, dt, k)
-		encT = time.Since(start)
+		te := time.Since(start)
 		if err != nil {
 			return 0, 0
 		}
@@ -286,7 +290,9 @@ func codecSpeed(sample []byte, dt dtype.DType, k codec.Kind) (enc, dec float64) 
 		if _, err := d.Decode(out, f); err != nil {
 			return 0, 0
 		}
-		decT = time.Since(start)
+		if td := time.Since(start); i > 0 { // run 0 warms scratch and caches
+			encT, decT = min(encT, te), min(decT, td)
+		}
 	}
 	return float64(len(sample)) / max(encT.Seconds(), 1e-9), float64(len(sample)) / max(decT.Seconds(), 1e-9)
 }

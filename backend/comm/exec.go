@@ -125,6 +125,9 @@ func (c *Comm) runCollective(t *task) error {
 	res := <-check
 	if res.err == nil {
 		c.learn(op.DType, res.tele)
+		if op.Kind == AllToAll {
+			dataErr = c.splitStatus(ctx, conn, fields, dataErr)
+		}
 	}
 	var mm *mismatchError
 	switch {
