@@ -50,6 +50,7 @@ WORLD_SIZES = [1, 2, 3, 4]
 
 
 def pytest_configure(config):
-    # tests/test_gpu.py: the CUDA kernels through libzipccl_cuda.so; they skip
-    # without a GPU (run them with `make test-gpu`)
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU and libzipccl_cuda.so (make test-gpu)")
+    # tests/test_gpu.py: the CUDA kernels through libzipccl_cuda.so and the
+    # backend on CUDA tensors; they skip without a GPU (run them with
+    # `make test-gpu`)
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (make test-gpu)")

@@ -11,9 +11,13 @@ message naming what and where, in bounded time, never a hang.
 * SIGINT raises KeyboardInterrupt in a rank looping over collectives;
 * fork: DataLoader workers (fork context) keep working; a forked child that
   calls zipccl gets the "forked child" error;
-* CUDA tensors are rejected with a clear message (a wrapper-subclass tensor
-  on the "cuda" device stands in for one on this GPU-less machine; a real
-  CUDA tensor is used too where a GPU exists).
+* tensors the GPU path cannot take are rejected before anything is sent,
+  with a clear message, and the group keeps working: CUDA tensors in a
+  process that sees no GPU, CUDA tensors without device memory, CPU and
+  CUDA tensors mixed in one call (a wrapper-subclass tensor on the "cuda"
+  device stands in for a CUDA tensor on a GPU-less machine; real CUDA
+  tensors are mixed in too where a GPU exists). The GPU path itself:
+  tests/test_gpu.py.
 
 Unsupported dtypes/ops raising before any byte is sent: test_validation.py.
 """
@@ -441,9 +445,10 @@ def test_fork_dataloader_workers_and_forked_child():
 
 
 class FakeCuda(torch.Tensor):
-    """A tensor that claims to live on "cuda" without a GPU: a wrapper
-    subclass with no storage that forwards every op below Python, so the
-    c10d op reaches the backend with a tensor whose device is CUDA."""
+    """A tensor that claims to live on "cuda" without device memory (and
+    without a GPU): a wrapper subclass with no storage that forwards every
+    op below Python, so the c10d op reaches the backend with a tensor whose
+    device is CUDA."""
 
     @staticmethod
     def __new__(cls, shape, dtype=torch.float32):
@@ -457,29 +462,41 @@ class FakeCuda(torch.Tensor):
 
 def task_cuda_rejected(ctx):
     ws, me = ctx.world_size, ctx.rank
-    problems, messages = [], []
-    tensors = [("fake cuda", FakeCuda((4,)))]
-    if torch.cuda.is_available():
-        tensors.append(("real cuda", torch.ones(4, device="cuda")))
-    for label, x in tensors:
-        calls = [
-            ("all_reduce", lambda: dist.all_reduce(x)),
-            ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(FakeCuda((4 * ws,)), x)),
+    problems = []
+    gpu = torch.cuda.is_available()
+    # A tensor that only claims "cuda" (the message adds that there is no
+    # GPU where there is none).
+    claim = "without device memory" + ("" if gpu else " (a tensor subclass?); this process sees no CUDA device")
+    mixed = "mixes CPU and CUDA tensors"
+    calls = [
+        ("all_reduce", claim, lambda: dist.all_reduce(FakeCuda((4,)))),
+        ("all_gather_into_tensor", claim, lambda: dist.all_gather_into_tensor(FakeCuda((4 * ws,)), FakeCuda((4,)))),
+        # CPU and CUDA in one call, either way round: checked before the
+        # device itself, so the message is the same with or without a GPU.
+        ("all_gather_into_tensor", mixed, lambda: dist.all_gather_into_tensor(FakeCuda((4 * ws,)), torch.ones(4))),
+        ("all_gather_into_tensor", mixed, lambda: dist.all_gather_into_tensor(torch.zeros(4 * ws), FakeCuda((4,)))),
+        ("reduce_scatter_tensor", mixed, lambda: dist.reduce_scatter_tensor(FakeCuda((4,)), torch.ones(4 * ws))),
+        ("all_to_all_single", mixed, lambda: dist.all_to_all_single(torch.zeros(4 * ws), FakeCuda((4 * ws,)))),
+    ]
+    if ws > 1:
+        calls.append(("send", claim, lambda: dist.send(FakeCuda((4,)), dst=(me + 1) % ws)))
+    if gpu:
+        cuda = torch.device("cuda", me % torch.cuda.device_count())
+        calls += [
+            ("all_gather_into_tensor", mixed,
+             lambda: dist.all_gather_into_tensor(torch.zeros(4 * ws, device=cuda), torch.ones(4))),
+            # Input and outputs checked separately: the whole call is
+            # checked again before anything is planned.
+            ("all_gather", mixed, lambda: dist.all_gather([torch.zeros(4) for _ in range(ws)], torch.ones(4, device=cuda))),
         ]
-        if label == "real cuda":
-            # torch's broadcast touches the CUDA runtime itself first.
-            calls.append(("broadcast", lambda: dist.broadcast(x, src=0)))
-        if ws > 1:
-            calls.append(("send", lambda: dist.send(x, dst=(me + 1) % ws)))
-        for name, call in calls:
-            try:
-                call()
-                problems.append(f"{label} {name}: accepted")
-            except RuntimeError as e:
-                msg = str(e)
-                messages.append(msg)
-                if "CUDA" not in msg or "zipccl" not in msg:
-                    problems.append(f"{label} {name}: unclear message: {msg[:300]}")
+    for op, want, call in calls:
+        try:
+            call()
+            problems.append(f"{op} ({want}): accepted")
+        except RuntimeError as e:
+            msg = str(e)
+            if f"zipccl: {op} " not in msg or want not in msg:
+                problems.append(f"{op}: expected 'zipccl: {op} ... {want}', got: {msg[:300]}")
     t = torch.ones(2)
     dist.all_reduce(t)
     if t.tolist() != [float(ws)] * 2:

@@ -8,24 +8,38 @@
   coded dtype, including multi-block tensors and the chunk-per-destination
   layout;
 * fused decode+reduce against torch's float32 sum in rank order;
-* corrupted frames are rejected.
+* corrupted frames are rejected;
+* the c10d backend on CUDA tensors (the GPU path of torchext/cuda_path.cpp):
+  every kind of op bit for bit against torch's NCCL backend (two GPUs),
+  its stream semantics (one GPU), and the host-staged path against the
+  CPU path (one GPU shared by two ranks).
 
-Every test needs a CUDA GPU and a built libzipccl_cuda.so (``make cuda``):
-without them they skip with the reason. ``make test-gpu`` runs them.
+The kernel tests need a CUDA GPU and a built libzipccl_cuda.so (``make
+cuda``); the backend tests need GPUs (and NCCL for the NCCL path) but not
+the kernel library. Without them they skip with the reason. ``make
+test-gpu`` runs them.
 
 With ZIPCCL_CUDA_EMU_LIB pointing at the CPU emulation of the same C API
 (build/cuda_emu/libzipccl_cuda_emu.so; ``make test-cuda-emu`` does this)
-and no GPU, they run on the emulator instead, on smaller sizes: that
-checks this file and the ctypes layer (zipccl.bench.kernels) without a GPU.
+and no GPU, the kernel tests run on the emulator instead, on smaller sizes:
+that checks this file and the ctypes layer (zipccl.bench.kernels) without
+a GPU.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import struct
+import tempfile
+import time
 
 import pytest
 import torch
+import torch.distributed as dist
+
+from harness import spawn
+from refs import check_exact, generator, guard, no_failures
 
 pytestmark = pytest.mark.gpu
 
@@ -286,3 +300,349 @@ def test_corrupt_frames_rejected(k):
         bad[pos] ^= 0x10
         with pytest.raises(ZcclError):
             k.decode([bytes(bad)], [t.numel()], torch.bfloat16)
+
+
+# ---------------------------------------------------------------- the c10d backend on CUDA tensors
+#
+# zipccl's GPU path (torchext/cuda_path.cpp over backend/gpu): the engine
+# plans each CUDA op; the NCCL path enqueues it on a communication stream
+# ordered after the caller's current stream, the host-staged path runs it on
+# the CPU over pinned copies. The ranks are spawned (harness.spawn) and
+# capture their stderr, where the engine warns once per process when it
+# stages CUDA tensors: that tells which path ran. Needs, besides a GPU:
+#   * the NCCL path: NCCL found by the engine (zipccl.info()["nccl"]) and one
+#     GPU per rank (NCCL cannot put two ranks of a communicator on one GPU);
+#   * the staged path (ZIPCCL_GPU_PATH=staged): one GPU, shared by the ranks.
+# Without them these tests skip with the reason.
+
+STAGED_WARNING = "host-staged slow path"
+
+
+def _need_gpus(n: int) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: torch.cuda.is_available() is False")
+    if torch.cuda.device_count() < n:
+        pytest.skip(
+            f"needs {n} GPUs (one per rank: NCCL cannot put two ranks on one GPU), "
+            f"found {torch.cuda.device_count()}"
+        )
+
+
+def _gpu_rank(rank: int, ws: int, task: str, need_nccl: bool) -> dict:
+    """One rank: stderr to a file (the engine's log), the rank's GPU, a
+    zipccl default group; runs _TASKS[task] and returns its failures and
+    the log (or why it could not run)."""
+    fd, log_path = tempfile.mkstemp(prefix=f"zipccl-gpu-rank{rank}-", suffix=".log")
+    os.dup2(fd, 2)
+    os.close(fd)
+    import zipccl
+
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    dist.init_process_group("zipccl", rank=rank, world_size=ws, timeout=datetime.timedelta(seconds=120))
+    out: dict = {"failures": []}
+    try:
+        nccl = zipccl.info()["nccl"]
+        if need_nccl and not nccl.get("found"):
+            out["skip"] = f"the engine found no NCCL: {nccl}"
+        else:
+            guard(out["failures"], task, lambda: _TASKS[task](rank, ws, dev, out["failures"]))
+        torch.cuda.synchronize()
+        dist.destroy_process_group()
+    finally:
+        with open(log_path, errors="replace") as f:
+            out["log"] = f.read()
+        os.unlink(log_path)
+    return out
+
+
+def _run_gpu(ws: int, task: str, need_nccl: bool, env: dict | None = None) -> list[str]:
+    """Runs task on ws spawned ranks; skips when a rank could not run it,
+    fails on any rank's failure; returns the ranks' logs."""
+    out = spawn(ws, _gpu_rank, task, need_nccl, env=env, timeout=420)
+    skips = sorted({o["skip"] for o in out if o and o.get("skip")})
+    if skips:
+        pytest.skip("; ".join(skips))
+    no_failures([o["failures"] if o else ["died without answering"] for o in out])
+    return [o["log"] for o in out]
+
+
+def _gen(rank: int, salt: str, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Rank rank's input (on the CPU): normal floats, integers in +-1000."""
+    g = generator(7, rank, salt)
+    if dtype.is_floating_point:
+        return torch.randn(tuple(shape), generator=g).to(dtype)
+    return torch.randint(-1000, 1000, tuple(shape), generator=g).to(dtype)
+
+
+def _compare(f: list, what: str, run) -> None:
+    """run(a) -> tensors, with a = "zipccl" or "ref"; the two must agree
+    bit for bit."""
+    got = guard(f, f"{what} (zipccl)", lambda: run("zipccl"))
+    want = guard(f, f"{what} (reference)", lambda: run("ref"))
+    if got is None or want is None:
+        return
+    torch.cuda.synchronize()
+    if len(got) != len(want):
+        f.append(f"{what}: {len(got)} results, reference {len(want)}")
+    for i, (a, b) in enumerate(zip(got, want)):
+        check_exact(f, f"{what} [{i}]", a.cpu(), b.cpu())
+
+
+def _collective_cases(rank: int, ws: int, group, place, strided_ref: bool) -> list:
+    """(name, run(which)) cases over every kind of op; run builds its
+    inputs with place(tensor, which) and calls the op on group(which).
+    Non-contiguous tensors go to the reference too when strided_ref
+    (torch's NCCL backend refuses some)."""
+
+    n = 100_003
+    f32, bf16 = torch.float32, torch.bfloat16
+    cases = []
+
+    def all_reduce(dtype, op):
+        def run(which):
+            t = place(_gen(rank, f"ar/{dtype}/{op}", (n,), dtype), which)
+            redop = dist._make_nccl_premul_sum(0.5) if op == "PREMUL_SUM" else getattr(dist.ReduceOp, op)
+            dist.all_reduce(t, op=redop, group=group(which))
+            return [t]
+
+        return run
+
+    for dtype, op in [(f32, "SUM"), (bf16, "SUM"), (torch.int64, "SUM"), (f32, "AVG"), (f32, "PREMUL_SUM"), (torch.float16, "MAX")]:
+        cases.append((f"all_reduce {dtype} {op}", all_reduce(dtype, op)))
+
+    def strided(which) -> bool:
+        return which == "zipccl" or strided_ref
+
+    def broadcast(which):
+        # Non-contiguous: copied back into the strided tensor after the op.
+        t = place(_gen(rank, "bc", (5, 7)), which).t()
+        t = t if strided(which) else t.contiguous()
+        dist.broadcast(t, src=ws - 1, group=group(which))
+        return [t]
+
+    def reduce(which):
+        t = place(_gen(rank, "reduce", (n,)), which)
+        dist.reduce(t, dst=ws - 1, group=group(which))
+        return [t] if rank == ws - 1 else []  # elsewhere undefined
+
+    def all_gather_into_tensor(which):
+        x = place(_gen(rank, "agit", (n,), bf16), which)
+        out = place(torch.empty(ws * n, dtype=bf16), which)
+        dist.all_gather_into_tensor(out, x, group=group(which))
+        return [out]
+
+    def all_gather_in_place(which):
+        # The input is this rank's slice of the output.
+        out = place(torch.zeros(ws * 1000), which)
+        x = out[rank * 1000:(rank + 1) * 1000]
+        x.copy_(place(_gen(rank, "agip", (1000,)), which))
+        dist.all_gather_into_tensor(out, x, group=group(which))
+        return [out]
+
+    def all_gather_strided(which):
+        x = place(_gen(rank, "ag", (7, 5)), which)
+        outs = [place(torch.zeros(5, 7), which).t() for _ in range(ws)]
+        outs = outs if strided(which) else [o.contiguous() for o in outs]
+        dist.all_gather(outs, x, group=group(which))
+        return outs
+
+    def reduce_scatter(which):
+        x = place(_gen(rank, "rs", (ws * n,)), which)
+        out = place(torch.empty(n), which)
+        dist.reduce_scatter_tensor(out, x, group=group(which))
+        return [out]
+
+    def all_to_all_uneven(which):
+        # Rank s sends 1 + d + s rows to rank d.
+        ins = [1 + d + rank for d in range(ws)]
+        outs = [1 + s + rank for s in range(ws)]
+        x = place(_gen(rank, "a2a", (sum(ins), 3)), which)
+        y = place(torch.zeros(sum(outs), 3), which)
+        dist.all_to_all_single(y, x, outs, ins, group=group(which))
+        return [y]
+
+    def gather(which):
+        x = place(_gen(rank, "gather", (33,)), which)
+        outs = [place(torch.zeros(33), which) for _ in range(ws)] if rank == 0 else None
+        dist.gather(x, outs, dst=0, group=group(which))
+        return outs or [x]
+
+    def scatter(which):
+        out = place(torch.zeros(33), which)
+        ins = [place(_gen(0, f"scatter/{i}", (33,)), which) for i in range(ws)] if rank == 0 else None
+        dist.scatter(out, ins, src=0, group=group(which))
+        return [out]
+
+    def send_recv(which):
+        x = place(_gen(rank, "p2p", (1000,)), which)
+        y = place(torch.zeros(1000), which)
+        if rank == 0:
+            dist.send(x, 1, group=group(which))
+            dist.recv(y, 1, group=group(which))
+        elif rank == 1:
+            dist.recv(y, 0, group=group(which))
+            dist.send(x, 0, group=group(which))
+        return [y]
+
+    def batch_ring(which):
+        # Every rank sends and receives at once: the ops must go in one
+        # group (coalescing) or they deadlock.
+        x = place(_gen(rank, "batch", (4097,)), which)
+        y = place(torch.zeros(4097), which)
+        g = group(which)
+        ops = [dist.P2POp(dist.isend, x, (rank + 1) % ws, g), dist.P2POp(dist.irecv, y, (rank - 1) % ws, g)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        return [y]
+
+    def coalesced_all_reduce(which):
+        ts = [place(_gen(rank, f"coal/{i}", (100 + i,)), which) for i in range(3)]
+        g = group(which)
+        with dist._coalescing_manager(group=g, device=ts[0].device, async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t, group=g)
+        cm.wait()
+        return ts
+
+    for fn in (broadcast, reduce, all_gather_into_tensor, all_gather_in_place, all_gather_strided, reduce_scatter,
+               all_to_all_uneven, gather, scatter, send_recv, batch_ring, coalesced_all_reduce):
+        cases.append((fn.__name__, fn))
+    return cases
+
+
+def _task_vs_nccl(rank, ws, dev, f):
+    """Every kind of op on CUDA tensors (NCCL path), bit for bit against the
+    same op through torch's NCCL backend."""
+    nccl = dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=120))
+    for what, run in _collective_cases(rank, ws, lambda which: None if which == "zipccl" else nccl,
+                                       lambda t, which: t.to(dev), strided_ref=False):
+        _compare(f, what, run)
+    # Two CUDA devices in one call.
+    other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
+    try:
+        dist.all_gather_into_tensor(torch.zeros(2 * ws, device=dev), torch.ones(2, device=other))
+        f.append("all_gather_into_tensor over two devices: accepted")
+    except RuntimeError as e:
+        if "one call takes tensors of one device" not in str(e):
+            f.append(f"all_gather_into_tensor over two devices: unclear message: {str(e)[:300]}")
+
+
+def _task_staged(rank, ws, dev, f):
+    """Every kind of op on CUDA tensors, host-staged (the ranks share one
+    GPU), bit for bit against the same op on CPU tensors (the same engine);
+    then the stream order of a staged op, and the any-source refusal."""
+    for what, run in _collective_cases(rank, ws, lambda which: None,
+                                       lambda t, which: t.to(dev) if which == "zipccl" else t, strided_ref=True):
+        _compare(f, what, run)
+
+    # Issued on a side stream behind a long kernel; read on the default
+    # stream after wait(): only right when the inputs were copied after the
+    # side stream's fill and the result copied back before the read.
+    cycles = _sleep_cycles(1.0)
+    x = torch.zeros(1 << 20, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(cycles)
+        x.fill_(3.0)
+        work = dist.all_reduce(x, async_op=True)
+    work.wait()
+    done = work.is_completed()
+    y = x.clone()
+    torch.cuda.synchronize()
+    if not done:
+        f.append("a staged work was not complete after wait() (its CPU part is waited for on the host)")
+    if not bool((y == 3.0 * ws).all()):
+        f.append(f"staged all_reduce on a side stream: read {y.unique()[:4].tolist()} after wait(), want {3.0 * ws}")
+
+    try:
+        dist.recv(torch.zeros(4, device=dev))
+        f.append("recv from any source into a CUDA tensor: accepted")
+    except RuntimeError as e:
+        if "any source" not in str(e):
+            f.append(f"recv from any source: unclear message: {str(e)[:300]}")
+
+
+def _sleep_cycles(seconds: float) -> int:
+    """The torch.cuda._sleep argument that keeps the current stream busy
+    for about seconds."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(100_000_000)
+    end.record()
+    end.synchronize()
+    return int(100_000_000 * seconds / (start.elapsed_time(end) / 1000))
+
+
+def _task_streams(rank, ws, dev, f):
+    """The NCCL path's stream semantics (one rank): launching an op does not
+    block the host, the op runs after the work already on the caller's
+    current stream (here a side stream), and wait() orders the waiting
+    stream after the op without blocking the host; completion reaches the
+    host afterwards."""
+    warm = torch.ones(1024, device=dev)
+    dist.all_reduce(warm)  # creates the NCCL communicator
+    torch.cuda.synchronize()
+
+    cycles = _sleep_cycles(2.0)
+    x = torch.zeros(1 << 22, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    t0 = time.monotonic()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(cycles)
+        x.fill_(3.0)
+        # x2, so that running before the fill or being read before the op
+        # shows in the value read below.
+        work = dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0), async_op=True)
+    launch_s = time.monotonic() - t0
+    busy = not work.is_completed()
+    t0 = time.monotonic()
+    work.wait()  # the default stream waits
+    wait_s = time.monotonic() - t0
+    y = x.clone()
+    torch.cuda.synchronize()
+    if launch_s > 1.0:
+        f.append(f"launching took {launch_s:.2f}s: the host waited for the side stream")
+    if wait_s > 1.0:
+        f.append(f"wait() took {wait_s:.2f}s: the host waited (the NCCL path only makes the stream wait)")
+    if not busy:
+        f.append("the work was complete while the stream it follows was still busy")
+    if not bool((y == 6.0).all()):
+        f.append(f"read after wait() on another stream saw {y.unique()[:4].tolist()}, want 6.0")
+    deadline = time.monotonic() + 10
+    while not work.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not work.is_completed():
+        f.append("the work was not completed 10 s after its stream finished")
+    value = work.get_future().wait()
+    if not bool((value[0] == 6.0).all()):
+        f.append("the future's value is not the result")
+
+
+_TASKS = {"vs_nccl": _task_vs_nccl, "staged": _task_staged, "streams": _task_streams}
+
+
+def test_backend_cuda_matches_nccl():
+    _need_gpus(2)
+    if not dist.is_nccl_available():
+        pytest.skip("torch was built without NCCL (the reference)")
+    logs = _run_gpu(2, "vs_nccl", need_nccl=True)
+    for r, log in enumerate(logs):
+        assert STAGED_WARNING not in log, f"rank {r} staged CUDA tensors; the NCCL path was expected:\n{log[-3000:]}"
+
+
+def test_backend_cuda_stream_semantics():
+    _need_gpus(1)
+    logs = _run_gpu(1, "streams", need_nccl=True)
+    assert STAGED_WARNING not in logs[0], f"CUDA tensors were staged; the NCCL path was expected:\n{logs[0][-3000:]}"
+
+
+def test_backend_cuda_host_staged():
+    _need_gpus(1)
+    logs = _run_gpu(2, "staged", need_nccl=False, env={"ZIPCCL_GPU_PATH": "staged"})
+    for r, log in enumerate(logs):
+        assert STAGED_WARNING in log and "ZIPCCL_GPU_PATH=staged" in log, (
+            f"rank {r} did not log the staged path:\n{log[-3000:]}"
+        )

@@ -2,26 +2,17 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 namespace zipccl {
 
 namespace {
 
-// The single place that decides which devices the shim handles.
+// The single place that decides which devices and layouts the shim
+// handles: CPU tensors here, the rest in checkDeviceTensor (cuda_path.cpp).
 void checkTensor(const char* op, const at::Tensor& t) {
   TORCH_CHECK(t.defined(), "zipccl: ", op, " got an undefined tensor");
-  TORCH_CHECK(
-      !t.is_cuda(),
-      "zipccl: CUDA tensors need the GPU path, which this build does not "
-      "have yet; use backend='cpu:zipccl,cuda:nccl' meanwhile");
-  TORCH_CHECK(
-      t.is_cpu(),
-      "zipccl: ",
-      op,
-      " got a tensor on ",
-      t.device(),
-      "; zipccl handles CPU tensors only");
   TORCH_CHECK(
       t.layout() == c10::kStrided,
       "zipccl: ",
@@ -29,6 +20,9 @@ void checkTensor(const char* op, const at::Tensor& t) {
       " does not support ",
       t.layout(),
       " tensors");
+  if (!t.is_cpu()) {
+    checkDeviceTensor(op, t);
+  }
 }
 
 int32_t zcDtype(const char* op, at::ScalarType type) {
@@ -76,6 +70,9 @@ int32_t commonDtype(
     std::optional<at::ScalarType> expected = std::nullopt) {
   TORCH_CHECK(!tensors.empty(), "zipccl: ", op, " got no tensors");
   at::ScalarType type = expected.value_or(tensors[0].scalar_type());
+  // Mixed devices first: the clearer message. launchDevice checks the
+  // devices of the whole work again.
+  commonDevice(op, tensors);
   for (const auto& t : tensors) {
     checkTensor(op, t);
     TORCH_CHECK(
@@ -436,44 +433,17 @@ c10::intrusive_ptr<ZipcclWork> ZipcclBackend::makeWork(
 c10::intrusive_ptr<c10d::Work> ZipcclBackend::launch(
     const c10::intrusive_ptr<ZipcclWork>& work,
     const char* op) {
-  const Api& a = api();
-  // The completion thread may finish the work (and free its ops) as soon as
-  // the last part is submitted: take what is needed up front.
-  std::vector<OpSpec>& specs = work->ops();
-  const size_t n = specs.size();
-  std::vector<zc_op> zops(n);
-  for (size_t i = 0; i < n; ++i) {
-    const OpSpec& s = specs[i];
-    zc_op& z = zops[i];
-    z.kind = s.kind;
-    z.dtype = s.dtype;
-    z.redop = s.redop;
-    z.root = s.root;
-    z.tag = s.tag;
-    z.timeout_ms = s.timeoutMs;
-    z.premul = s.premul;
-    z.n_in = static_cast<int32_t>(s.in.size());
-    z.n_out = static_cast<int32_t>(s.out.size());
-    z.in = s.in.empty() ? nullptr : s.in.data();
-    z.out = s.out.empty() ? nullptr : s.out.data();
-  }
-  work->expectParts(n);
-  char err[2048];
-  for (size_t i = 0; i < n; ++i) {
-    zops[i].ticket = nextTicket();
-    track(zops[i].ticket, work);
-    err[0] = '\0';
-    const int32_t rc = a.comm_submit(comm_, &zops[i], err, sizeof(err));
-    if (rc != ZC_OK) {
-      untrack(zops[i].ticket);
-      const std::string message = err[0] != '\0'
-          ? std::string(err)
-          : std::string("zipccl: ") + op + " was rejected (error code " +
-              std::to_string(rc) + ") with no message";
-      // Parts already submitted still complete; the work then fails.
-      work->partsAbandoned(n - i, message);
-      TORCH_CHECK(false, message);
+  // CUDA tensors: the NCCL path is done here; host-staged works continue
+  // below over their pinned copies.
+  if (!launchDevice(work, op)) {
+    // The completion thread may finish the work (and free its ops) as soon
+    // as the last part is submitted: take what is needed up front.
+    std::vector<zc_op> zops;
+    for (const OpSpec& spec : work->ops()) {
+      zops.push_back(toZcOp(spec));
     }
+    const std::string failure = submit(work, zops, op, /*releaseGil=*/false);
+    TORCH_CHECK(failure.empty(), failure);
   }
   seq_.fetch_add(1);
   {
@@ -483,6 +453,41 @@ c10::intrusive_ptr<c10d::Work> ZipcclBackend::launch(
     }
   }
   return work;
+}
+
+std::string ZipcclBackend::submit(
+    const c10::intrusive_ptr<ZipcclWork>& work,
+    std::vector<zc_op>& zops,
+    const char* op,
+    bool releaseGil) {
+  const Api& a = api();
+  const size_t n = zops.size();
+  work->expectParts(n);
+  char err[2048];
+  for (size_t i = 0; i < n; ++i) {
+    zops[i].ticket = nextTicket();
+    track(zops[i].ticket, work);
+    err[0] = '\0';
+    int32_t rc = 0;
+    {
+      std::optional<GilRelease> nogil;
+      if (releaseGil) {
+        nogil.emplace();
+      }
+      rc = a.comm_submit(comm_, &zops[i], err, sizeof(err));
+    }
+    if (rc != ZC_OK) {
+      untrack(zops[i].ticket);
+      std::string message = err[0] != '\0'
+          ? std::string(err)
+          : std::string("zipccl: ") + op + " was rejected (error code " +
+              std::to_string(rc) + ") with no message";
+      // Parts already submitted still complete; the work then fails.
+      work->partsAbandoned(n - i, message);
+      return message;
+    }
+  }
+  return {};
 }
 
 void ZipcclBackend::startCoalescing() {
@@ -505,6 +510,7 @@ c10::intrusive_ptr<c10d::Work> ZipcclBackend::endCoalescing() {
     coalescing_ = false;
     children.swap(coalesced_);
   }
+  flushDevice(children);
   return ZipcclWork::coalesce(rank_, children);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_path.hpp"
 #include "runtime.hpp"
 #include "work.hpp"
 #include "zipccl_torch.hpp"
@@ -151,11 +152,33 @@ class ZipcclBackend : public c10d::Backend {
   // Throws unless collectives may run: not forked, not shut down.
   void checkUsable(const char* op) const;
   // Submits every op of work (tickets tracked before each submit), records
-  // it for endCoalescing, and returns it. Throws the Go message when the
-  // first submit is rejected.
+  // it for endCoalescing, and returns it. Works on CUDA tensors go through
+  // launchDevice first. Throws the Go message when a submit is rejected.
   c10::intrusive_ptr<c10d::Work> launch(
       const c10::intrusive_ptr<ZipcclWork>& work,
       const char* op);
+  // Submits zops, the ops of work (expectParts, then each ticket tracked
+  // before its submit). On a rejection the ops not submitted are abandoned
+  // (the work fails once the submitted ones completed) and the message is
+  // returned; empty when all were accepted.
+  std::string submit(
+      const c10::intrusive_ptr<ZipcclWork>& work,
+      std::vector<zc_op>& zops,
+      const char* op,
+      bool releaseGil);
+  // The GPU path (cuda_path.cpp). For a work whose tensors are on CUDA: asks
+  // the engine for the path (zc_comm_device_plan) and orders the work after
+  // the caller's current stream; on the NCCL path submits its ops as device
+  // ops on a communication stream and returns true; host-staged, moves its
+  // buffers onto pinned host copies and returns false, for launch() to
+  // submit it as a host work. Returns false for a host work. Throws on
+  // mixed devices and on planning or submit errors.
+  bool launchDevice(
+      const c10::intrusive_ptr<ZipcclWork>& work,
+      const char* op);
+  // endCoalescing: enqueues the CUDA ops deferred in the block as one NCCL
+  // group (zc_comm_device_flush), then records their end events.
+  void flushDevice(const std::vector<c10::intrusive_ptr<ZipcclWork>>& children);
   c10::intrusive_ptr<ZipcclWork> makeWork(
       c10d::OpType type,
       const char* title,
@@ -198,6 +221,8 @@ class ZipcclBackend : public c10d::Backend {
   std::mutex coalesceMu_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<ZipcclWork>> coalesced_;
+
+  DeviceStreams deviceStreams_;
 };
 
 } // namespace zipccl

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda_path.hpp"
 #include "work.hpp"
 
 namespace zipccl {
@@ -373,6 +374,9 @@ void loadLibrary(const std::string& path) {
   resolve(lib, "zc_comm_stats", a.comm_stats, path);
   resolve(lib, "zc_poll", a.poll, path);
   resolve(lib, "zc_info", a.info, path);
+  resolve(lib, "zc_init_device", a.init_device, path);
+  resolve(lib, "zc_comm_device_plan", a.comm_device_plan, path);
+  resolve(lib, "zc_comm_device_flush", a.comm_device_flush, path);
   resolve(lib, "zc_codec_max_len", a.codec_max_len, path);
   resolve(lib, "zc_codec_encode_tensor", a.codec_encode_tensor, path);
   resolve(lib, "zc_codec_decode_header", a.codec_decode_header, path);
@@ -389,6 +393,18 @@ void loadLibrary(const std::string& path) {
       " but this build of zipccl._C expects ",
       ZC_ABI_VERSION,
       "; rebuild both from the same checkout");
+  // Before any communicator exists, so that no device op can be polled
+  // without it.
+  version = a.init_device(&deviceQuery);
+  TORCH_CHECK(
+      version == ZC_ABI_VERSION,
+      "zipccl: ",
+      path,
+      ": zc_init_device returned ",
+      version,
+      " (expected ABI version ",
+      ZC_ABI_VERSION,
+      ")");
   gApi = a;
   gLoadedPath = path;
   pthread_atfork(nullptr, nullptr, &onForkChild);

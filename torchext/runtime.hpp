@@ -24,6 +24,10 @@ struct Api {
   zc_comm_stats_fn comm_stats;
   zc_poll_fn poll;
   zc_info_fn info;
+  // The GPU path (cuda_path.cpp).
+  zc_init_device_fn init_device;
+  zc_comm_device_plan_fn comm_device_plan;
+  zc_comm_device_flush_fn comm_device_flush;
   // The codec (codec.cpp): no communicator needed.
   zc_codec_max_len_fn codec_max_len;
   zc_codec_encode_tensor_fn codec_encode_tensor;
@@ -34,9 +38,10 @@ struct Api {
 };
 
 // Loads libzipccl.so from path once per process: dlopen(RTLD_NOW|RTLD_LOCAL),
-// resolves every ABI function, checks zc_init's version, installs the fork
-// handler and starts the completion thread. A second call is a no-op when
-// the path is the same and an error otherwise.
+// resolves every ABI function, checks the versions zc_init and
+// zc_init_device return (the latter registers the CUDA end-event query),
+// installs the fork handler and starts the completion thread. A second call
+// is a no-op when the path is the same and an error otherwise.
 void loadLibrary(const std::string& path);
 bool libraryLoaded();
 // The loaded library's functions; throws when nothing is loaded yet.

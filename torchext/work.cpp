@@ -1,7 +1,10 @@
 #include "work.hpp"
 
+#include <optional>
 #include <stdexcept>
 #include <utility>
+
+#include "cuda_path.hpp"
 
 namespace zipccl {
 
@@ -128,16 +131,24 @@ void ZipcclWork::notifyWhenDone(const c10::intrusive_ptr<ZipcclWork>& parent) {
 void ZipcclWork::finalize() {
   std::exception_ptr eptr;
   std::string error;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copyBack;
   {
     std::lock_guard<std::mutex> lock(stateMu_);
     error = error_;
+    copyBack.swap(copyBack_);
   }
-  if (!error.empty()) {
+  if (device_) {
+    // Copies back on the communication stream, then the end event.
+    error = finalizeDevice(*device_, copyBack, error);
+    if (!error.empty()) {
+      eptr = std::make_exception_ptr(std::runtime_error(error));
+    }
+  } else if (!error.empty()) {
     eptr = std::make_exception_ptr(std::runtime_error(error));
   } else {
     try {
       c10::AutoGradMode noGrad(false);
-      for (auto& [dst, src] : copyBack_) {
+      for (auto& [dst, src] : copyBack) {
         dst.copy_(src);
       }
     } catch (const std::exception& e) {
@@ -146,7 +157,7 @@ void ZipcclWork::finalize() {
     }
   }
   // Go is done with every buffer: drop the temporaries and input copies.
-  copyBack_.clear();
+  copyBack.clear();
   keep_.clear();
   ops_.clear();
 
@@ -159,6 +170,12 @@ void ZipcclWork::finalize() {
   }
   finish(eptr);
   try {
+    // A CUDA-aware future records its events on the current stream: make
+    // that the communication stream, after the work.
+    std::optional<c10::StreamGuard> streamGuard;
+    if (device_) {
+      streamGuard.emplace(device_->stream);
+    }
     // Runs the future's callbacks (Python ones too) on this thread.
     if (eptr) {
       future_->setError(eptr);
@@ -188,6 +205,13 @@ c10::intrusive_ptr<ZipcclWork> ZipcclWork::coalesce(
       "zipccl:coalesced",
       std::vector<at::Tensor>{},
       std::move(outputs));
+  std::vector<std::shared_ptr<DeviceState>> devices;
+  for (const auto& child : children) {
+    devices.push_back(child->device_);
+  }
+  if (auto merged = mergeDeviceStates(devices)) {
+    work->setDevice(std::move(merged));
+  }
   {
     std::lock_guard<std::mutex> lock(work->stateMu_);
     work->pending_ = children.size();
@@ -213,6 +237,73 @@ std::vector<at::Tensor> ZipcclWork::result() {
 
 c10::intrusive_ptr<c10::ivalue::Future> ZipcclWork::getFuture() {
   return future_;
+}
+
+zc_op toZcOp(const OpSpec& s) {
+  zc_op z{};
+  z.kind = s.kind;
+  z.dtype = s.dtype;
+  z.redop = s.redop;
+  z.root = s.root;
+  z.tag = s.tag;
+  z.timeout_ms = s.timeoutMs;
+  z.premul = s.premul;
+  z.n_in = static_cast<int32_t>(s.in.size());
+  z.n_out = static_cast<int32_t>(s.out.size());
+  z.in = s.in.empty() ? nullptr : s.in.data();
+  z.out = s.out.empty() ? nullptr : s.out.data();
+  return z;
+}
+
+void ZipcclWork::setDevice(std::shared_ptr<DeviceState> state) {
+  future_ = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()),
+      std::vector<c10::Device>{state->device});
+  device_ = std::move(state);
+}
+
+std::vector<std::pair<at::Tensor, at::Tensor>> ZipcclWork::takeCopyBack() {
+  std::vector<std::pair<at::Tensor, at::Tensor>> out;
+  std::lock_guard<std::mutex> lock(stateMu_);
+  out.swap(copyBack_);
+  return out;
+}
+
+bool ZipcclWork::wait(std::chrono::milliseconds timeout) {
+  if (device_ && device_->deferred) {
+    // An op of a coalescing block is enqueued when the block ends (as with
+    // ProcessGroupNCCL, a synchronous call inside the block does not wait):
+    // the work endCoalescing returns orders the caller after it.
+    return true;
+  }
+  if (!device_ || device_->hostWait || timeout != kNoTimeout) {
+    // Host works, staged ones and bounded waits: the host waits for
+    // completion, then synchronize() orders the caller's stream after the
+    // work.
+    return c10d::Work::wait(timeout);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_ && exception_) {
+      std::rethrow_exception(exception_);
+    }
+  }
+  synchronize();
+  return true;
+}
+
+void ZipcclWork::synchronize() {
+  if (device_) {
+    synchronizeDevice(*device_);
+  }
+}
+
+void ZipcclWork::blockCurrentStream() {
+  if (device_) {
+    synchronizeDevice(*device_);
+    return;
+  }
+  c10d::Work::blockCurrentStream();
 }
 
 } // namespace zipccl

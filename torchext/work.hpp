@@ -4,8 +4,10 @@
 // completes when all of its parts completed.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zipccl_abi.h"
@@ -26,6 +28,11 @@ struct OpSpec {
   std::vector<zc_buf> in;
   std::vector<zc_buf> out;
 };
+
+// The zc_op of spec (no ticket, host memory); its buffers point into spec.
+zc_op toZcOp(const OpSpec& spec);
+
+struct DeviceState; // cuda_path.hpp
 
 class ZipcclWork : public c10d::Work {
  public:
@@ -74,10 +81,33 @@ class ZipcclWork : public c10d::Work {
       int rank,
       const std::vector<c10::intrusive_ptr<ZipcclWork>>& children);
 
+  // --- CUDA tensors (cuda_path.cpp) ---------------------------------------
+  // Marks the work as one on CUDA memory, before it is launched: its future
+  // becomes CUDA-aware, completion goes through finalizeDevice, and wait()
+  // follows the device semantics.
+  void setDevice(std::shared_ptr<DeviceState> state);
+  const std::shared_ptr<DeviceState>& device() const {
+    return device_;
+  }
+  // Every tensor a zc_buf of this work points into.
+  const std::vector<at::Tensor>& kept() const {
+    return keep_;
+  }
+  // The result copies (copyBackOnSuccess), taken to be enqueued on the
+  // device stream now; empty once the work finalized.
+  std::vector<std::pair<at::Tensor, at::Tensor>> takeCopyBack();
+
   // --- c10d::Work -----------------------------------------------------------
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // CUDA works: the caller's current stream waits for the work's end
+  // events. On the NCCL path wait() does only that (no host block, unless
+  // a timeout is given), as ProcessGroupNCCL's; host-staged works first
+  // wait for the CPU part.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  void blockCurrentStream() override;
 
  private:
   void finalize();
@@ -85,10 +115,12 @@ class ZipcclWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<OpSpec> ops_;
   std::vector<at::Tensor> keep_;
-  std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<DeviceState> device_; // set before the work is launched
 
-  mutable std::mutex stateMu_; // guards the fields below
+  mutable std::mutex stateMu_; // guards the fields below once launched
+  // Taken by finalize(), or earlier by takeCopyBack() on the NCCL path.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;
   size_t pending_ = 0;
   bool finalized_ = false;
   std::string error_;
