@@ -236,8 +236,16 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 	// Fold: latency and per-byte cost to the group's maximum, speeds to
 	// its minimum. Encoded as float64s; speeds are negated so one max
 	// merges everything.
-	rec := make([]byte, 8*6)
-	vals := []float64{alpha, beta, -speeds[0], -speeds[1], -speeds[2], -speeds[3]}
+	// remote: whether a link leaves this rank's network namespace. Between
+	// ranks of one namespace (loopback, same host) a "transfer" is a kernel
+	// memory copy on the same cores the codec would use, so coding cannot
+	// pay there; and if every ring link is local, every pair is.
+	remote := 0.0
+	if !c.mesh.PeerIsLocal(right) || !c.mesh.PeerIsLocal(left) {
+		remote = 1
+	}
+	rec := make([]byte, 8*7)
+	vals := []float64{alpha, beta, -speeds[0], -speeds[1], -speeds[2], -speeds[3], remote}
 	for i, v := range vals {
 		binary.LittleEndian.PutUint64(rec[8*i:], math.Float64bits(v))
 	}
@@ -254,13 +262,17 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 	for i := range vals {
 		vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(rec[8*i:]))
 	}
-	p := switcher.Profile{Measured: true, Alpha: vals[0], Beta: vals[1]}
+	p := switcher.Profile{Measured: true, Alpha: vals[0], Beta: vals[1], NoCompress: vals[6] == 0}
 	p.Enc[codec.Zip3], p.Dec[codec.Zip3] = -vals[2], -vals[3]
 	p.Enc[codec.Huff], p.Dec[codec.Huff] = -vals[4], -vals[5]
 	c.z.profile = p
 	c.publish()
-	c.log.Infof("link profile: latency %.0fus, %.2f GB/s on the slowest link; codec zip3 %.2f/%.2f GB/s, huff %.2f/%.2f GB/s (encode/decode, slowest rank)",
-		p.Alpha*1e6, 1e-9/p.Beta, p.Enc[codec.Zip3]/1e9, p.Dec[codec.Zip3]/1e9, p.Enc[codec.Huff]/1e9, p.Dec[codec.Huff]/1e9)
+	where := "links between network namespaces or hosts"
+	if p.NoCompress {
+		where = "every link inside one network namespace: compression off under auto"
+	}
+	c.log.Infof("link profile: latency %.0fus, %.2f GB/s on the slowest link; codec zip3 %.2f/%.2f GB/s, huff %.2f/%.2f GB/s (encode/decode, slowest rank); %s",
+		p.Alpha*1e6, 1e-9/p.Beta, p.Enc[codec.Zip3]/1e9, p.Dec[codec.Zip3]/1e9, p.Enc[codec.Huff]/1e9, p.Dec[codec.Huff]/1e9, where)
 	return nil
 }
 

@@ -193,8 +193,8 @@ func TestCompressionModeMismatch(t *testing.T) {
 	requireAllFail(t, res, CodeMismatch, "compress=never")
 }
 
-// Under auto on loopback, the group measures itself once and the switcher
-// keeps raw payloads (compression cannot pay on a link this fast).
+// Under auto on loopback, the group measures itself once, finds every link
+// inside one network namespace, and the switcher keeps payloads uncoded.
 func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 	r := newRigOpts(t, 2, func(int) map[string]string { return map[string]string{"compress": "auto"} })
 	for i := 0; i < 2; i++ {
@@ -213,7 +213,8 @@ func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 		require.Equal(t, r.comms[0].z.profile, c.z.profile)
 		require.Equal(t, r.comms[0].z.ratios, c.z.ratios)
 	}
+	require.True(t, r.comms[0].z.profile.NoCompress, "loopback links are local")
 	st := opStats(t, r.comms[0])["all_gather"]
 	require.Equal(t, int64(2), st.Count)
-	t.Logf("choices on loopback: %v, profile %+v", st.Choices, r.comms[0].z.profile)
+	require.Equal(t, map[string]int64{"raw": 2}, st.Choices)
 }

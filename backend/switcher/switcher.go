@@ -9,7 +9,7 @@
 // where m is the number of sequential message rounds of the algorithm, W
 // the bytes one rank sends, e the compression ratio, E and D the raw bytes
 // one rank encodes and decodes, and s_enc, s_dec the codec's speeds. The
-// algorithms pipeline coding with transfer by segments, but only half of
+// algorithms pipeline coding with transfer by segments, but only part of
 // the shorter of the two is credited as hidden (Overlap), and Auto codes
 // only when the gain exceeds Margin, so the model errs towards raw.
 //
@@ -106,12 +106,17 @@ type Defaults struct {
 	// Margin: Auto codes only when T_comp < (1-Margin) * T_raw.
 	Margin float64
 	// Overlap: the share of the shorter of coding and transfer time that
-	// is assumed hidden by pipelining.
+	// is assumed hidden by pipelining. The algorithms code segment by
+	// segment while earlier ones are on the wire, so only the first and
+	// last segments' coding is exposed; 0.75 leaves room for CPU contention.
+	// (At 1 Gbit/s, 4 ranks, bf16 64 MiB, coded all_reduce and all_gather
+	// ran within about 10% of their wire time, and huff, whose coding costs
+	// 5x zip3's, beat zip3 by its better ratio: benchmarks/RESULTS.md.)
 	Overlap float64
 }
 
 // DefaultThresholds are the engine's defaults.
-var DefaultThresholds = Defaults{TwoShotMin: 1 << 20, CompressMin: 1 << 20, Margin: 0.05, Overlap: 0.5}
+var DefaultThresholds = Defaults{TwoShotMin: 1 << 20, CompressMin: 1 << 20, Margin: 0.05, Overlap: 0.75}
 
 // Input is one call to decide.
 type Input struct {

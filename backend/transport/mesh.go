@@ -682,6 +682,40 @@ func (m *Mesh) waitReady(ctx context.Context, p *peer) (net.Conn, error) {
 	return p.conn, nil
 }
 
+// PeerIsLocal reports whether the connection to peer (which must be
+// established) ends in this network namespace: its remote address is a
+// loopback address or one of this namespace's own interface addresses.
+// Traffic to such a peer is a memory copy by the kernel, not a link.
+func (m *Mesh) PeerIsLocal(peer int) bool {
+	m.mu.Lock()
+	conn := m.peers[peer].conn
+	m.mu.Unlock()
+	if conn == nil {
+		return false
+	}
+	ra, ok := conn.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	return isLocalIP(ra.IP)
+}
+
+func isLocalIP(ip net.IP) bool {
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
 // aLongTimeAgo is a deadline that makes blocked socket calls return now.
 var aLongTimeAgo = time.Unix(1, 0)
 

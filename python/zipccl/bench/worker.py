@@ -85,7 +85,7 @@ class Meter:
         wire = raw = 0
         codec = 0.0
         choices: dict[str, int] = {}
-        if self.backend == "zipccl":
+        if self.backend.startswith("zipccl"):
             import zipccl
 
             for st in zipccl.stats(self.group).get("ops", {}).values():
@@ -193,13 +193,13 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
             "iters": iters,
             "rounds_us": [round(t * 1e6, 1) for t in slowest.tolist()],
             "time_us": statistics.median(slowest.tolist()) * 1e6,
-            "zipccl_wire_bytes": float(per_call[0]) if b == "zipccl" else None,
-            "zipccl_raw_bytes": float(per_call[1]) if b == "zipccl" else None,
+            "zipccl_wire_bytes": float(per_call[0]) if b.startswith("zipccl") else None,
+            "zipccl_raw_bytes": float(per_call[1]) if b.startswith("zipccl") else None,
             "nic_bytes": float(per_call[2]) if os.environ.get("ZIPCCL_BENCH_NIC") else None,
             # zipccl only: the switcher's choice (as rank 0 saw it; every
             # rank takes the same), and coding time per call, mean over ranks.
             "choice": max(m.choices, key=m.choices.get) if m.choices else None,
-            "codec_us": float(per_call[3]) * 1e6 if b == "zipccl" else None,
+            "codec_us": float(per_call[3]) * 1e6 if b.startswith("zipccl") else None,
             "check": "ref" if b == ref_backend and len(backends) > 1 else
                      checks.get(b, ("-", 0.0))[0],
             "maxdiff": checks.get(b, ("-", 0.0))[1],
@@ -207,16 +207,27 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
     return rows
 
 
+def new_group(name: str, timeout: datetime.timedelta):
+    """The group of one --backends entry: a backend name, or zipccl:MODE for
+    zipccl with compression MODE (auto, always, never) on that group only."""
+    backend, _, mode = name.partition(":")
+    if backend == "zipccl" and mode:
+        import zipccl
+
+        return dist.new_group(backend="zipccl", timeout=timeout, pg_options=zipccl.Options(compression=mode))
+    return dist.new_group(backend=backend, timeout=timeout)
+
+
 def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    if "zipccl" in cfg["backends"]:
+    if any(b.startswith("zipccl") for b in cfg["backends"]):
         import zipccl  # noqa: F401  (registers the backend)
     timeout = datetime.timedelta(seconds=cfg["timeout_s"])
     dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout)
     control = dist.group.WORLD
-    groups = {b: dist.new_group(backend=b, timeout=timeout) for b in cfg["backends"]}
+    groups = {b: new_group(b, timeout) for b in cfg["backends"]}
     if rank == 0:
         info: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads()}
         if "zipccl" in groups:
