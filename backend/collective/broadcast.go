@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
 // Broadcast copies Root's In[0] into every rank's Out[0]. In[0] and Out[0]
@@ -73,7 +75,7 @@ func chainBroadcast(ctx context.Context, c Conn, root int, buf []byte, t tuning,
 	var in *window
 	if pos > 0 {
 		// Received straight into buf, several receives posted ahead.
-		in = recvAhead(g, gctx, t.prefetch, cut.n, func(k int) (msg, error) {
+		in = workgroup.RecvAhead(g, gctx, t.prefetch, cut.n, func(k int) (msg, error) {
 			m := msg{buf: cut.at(k)}
 			return m, s.recv(gctx, prev, 0, k, m.buf)
 		})
@@ -83,7 +85,7 @@ func chainBroadcast(ctx context.Context, c Conn, root int, buf []byte, t tuning,
 	g.Go(func() error {
 		for k := range cut.n {
 			if in != nil {
-				if _, err := in.next(gctx, k); err != nil {
+				if _, err := in.Next(gctx, k); err != nil {
 					return err
 				}
 			}

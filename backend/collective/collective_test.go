@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/conntest"
 )
 
 func TestAllReduce(t *testing.T) {
@@ -26,7 +27,7 @@ func TestAllReduce(t *testing.T) {
 							bufs[r] = clone(xs[r])
 							args[r] = Args{DType: red.dt, Op: red.op, In: [][]byte{bufs[r]}, Out: [][]byte{bufs[r]}, Pool: pool}
 						}
-						w := newMemWorld(n)
+						w := conntest.NewWorld(n)
 						mustOK(t, w, runOp(t, w, AllReduce, args))
 						want := refAllReduce(red.dt, red.op, xs, direct)
 						for r := range n {
@@ -53,7 +54,7 @@ func TestAllReduceNotInPlace(t *testing.T) {
 			outs[r] = make([]byte, len(xs[r]))
 			args[r] = Args{DType: dtype.Float32, In: [][]byte{clone(xs[r])}, Out: [][]byte{outs[r]}}
 		}
-		w := newMemWorld(n)
+		w := conntest.NewWorld(n)
 		mustOK(t, w, runOp(t, w, AllReduce, args))
 		want := refAllReduce(dtype.Float32, 0, xs, direct)
 		for r := range n {
@@ -76,7 +77,7 @@ func TestAllReduceDefaultTuning(t *testing.T) {
 		b := clone(xs[r])
 		args[r] = Args{DType: dtype.Float32, In: [][]byte{b}, Out: [][]byte{b}, Pool: pool}
 	}
-	w := newMemWorld(n)
+	w := conntest.NewWorld(n)
 	mustOK(t, w, runOp(t, w, AllReduce, args))
 	want := refAllReduce(dtype.Float32, 0, xs, false)
 	for r := range n {
@@ -115,7 +116,7 @@ func TestReduceScatter(t *testing.T) {
 								}
 								args[r] = Args{DType: red.dt, Op: red.op, In: in, Out: [][]byte{out}}
 							}
-							w := newMemWorld(n)
+							w := conntest.NewWorld(n)
 							mustOK(t, w, runOp(t, w, ReduceScatter, args))
 							for r := range n {
 								parts := make([][]byte, n)
@@ -171,7 +172,7 @@ func TestReduce(t *testing.T) {
 									}
 									args[r] = Args{DType: red.dt, Op: red.op, Root: root, In: [][]byte{in}, Out: [][]byte{out}}
 								}
-								w := newMemWorld(n)
+								w := conntest.NewWorld(n)
 								mustOK(t, w, runOp(t, w, Reduce, args))
 								want := refAllReduce(red.dt, red.op, xs, direct)
 								for r := range n {
@@ -207,7 +208,7 @@ func TestReduceNilOut(t *testing.T) {
 			args[r] = Args{DType: dtype.Float32, Root: root, In: [][]byte{clone(xs[r])}}
 		}
 		args[root].Out = [][]byte{make([]byte, len(xs[0]))}
-		w := newMemWorld(n)
+		w := conntest.NewWorld(n)
 		mustOK(t, w, runOp(t, w, Reduce, args))
 		sameBytes(t, "root out", args[root].Out[0], refAllReduce(dtype.Float32, 0, xs, direct))
 	}
@@ -273,7 +274,7 @@ func TestAllGather(t *testing.T) {
 									}
 									args[r] = Args{DType: dt, In: [][]byte{in}, Out: out}
 								}
-								w := newMemWorld(n)
+								w := conntest.NewWorld(n)
 								mustOK(t, w, runOp(t, w, AllGather, args))
 								for r := range n {
 									sameBytes(t, name+" In untouched", args[r].In[0], shards[r])
@@ -313,7 +314,7 @@ func TestBroadcast(t *testing.T) {
 								}
 								args[r] = Args{DType: dtype.BFloat16, Root: root, In: [][]byte{in}, Out: [][]byte{buf}}
 							}
-							w := newMemWorld(n)
+							w := conntest.NewWorld(n)
 							mustOK(t, w, runOp(t, w, Broadcast, args))
 							for r := range n {
 								sameBytes(t, fmt.Sprintf("%s rank %d", name, r), args[r].Out[0], src)
@@ -351,7 +352,7 @@ func TestGatherScatter(t *testing.T) {
 							}
 						}
 					}
-					w := newMemWorld(n)
+					w := conntest.NewWorld(n)
 					mustOK(t, w, runOp(t, w, Gather, args))
 					for j := range n {
 						sameBytes(t, name+" gather", args[root].Out[j], shards[j])
@@ -370,7 +371,7 @@ func TestGatherScatter(t *testing.T) {
 							}
 						}
 					}
-					w = newMemWorld(n)
+					w = conntest.NewWorld(n)
 					mustOK(t, w, runOp(t, w, Scatter, args))
 					for r := range n {
 						sameBytes(t, name+" scatter", args[r].Out[0], shards[r])
@@ -413,7 +414,7 @@ func TestAllToAll(t *testing.T) {
 						args[i].Out[j] = make([]byte, len(blk[j][i]))
 					}
 				}
-				w := newMemWorld(n)
+				w := conntest.NewWorld(n)
 				mustOK(t, w, runOp(t, w, AllToAll, args))
 				for i := range n {
 					for j := range n {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/conntest"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -111,8 +112,8 @@ func TestFailure(t *testing.T) {
 							victim := n / 2
 							name := fmt.Sprintf("%s/n%d/send=%v/at%d", oc.name, n, send, at)
 							var calls atomic.Int64
-							w := newMemWorld(n)
-							w.fail = func(src, dst int, slot uint32, s bool) error {
+							w := conntest.NewWorld(n)
+							w.Fail = func(src, dst int, slot uint32, s bool) error {
 								if src == victim && s == send && calls.Add(1)-1 == int64(at) {
 									return fmt.Errorf("%w (rank %d)", errInjected, src)
 								}
@@ -133,7 +134,7 @@ func TestFailure(t *testing.T) {
 								t.Fatalf("%s: victim error %q does not say what failed", name, verr)
 							}
 							for r, err := range errs {
-								if err != nil && !errors.Is(err, errInjected) && !errors.Is(err, errAborted) {
+								if err != nil && !errors.Is(err, errInjected) && !errors.Is(err, conntest.ErrAborted) {
 									t.Fatalf("%s: rank %d: unexpected error %v", name, r, err)
 								}
 							}
@@ -157,7 +158,7 @@ func TestCancel(t *testing.T) {
 					absent := map[string]int{"gather": n - 1, "broadcast": 1 % n}[oc.name]
 					ctx, cancel := context.WithCancel(context.Background())
 					timer := time.AfterFunc(20*time.Millisecond, cancel)
-					w := newMemWorld(n)
+					w := conntest.NewWorld(n)
 					errs := runOpCtx(t, ctx, w, oc.f, oc.mk(n), map[int]bool{absent: true})
 					timer.Stop()
 					cancel()
@@ -203,8 +204,8 @@ func TestJitterDeterminism(t *testing.T) {
 				b := clone(xs[r])
 				args[r] = Args{DType: dtype.Float32, In: [][]byte{b}, Out: [][]byte{b}}
 			}
-			w := newMemWorld(n)
-			w.jitter = 200 * time.Microsecond
+			w := conntest.NewWorld(n)
+			w.Jitter = 200 * time.Microsecond
 			mustOK(t, w, runOp(t, w, AllReduce, args))
 			for r := range n {
 				sameBytes(t, fmt.Sprintf("jittered allreduce, prefetch %d", pf), args[r].Out[0], want)
@@ -214,8 +215,8 @@ func TestJitterDeterminism(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	w := newMemWorld(2)
-	c := w.conns()[0]
+	w := conntest.NewWorld(2)
+	c := w.Conns()[0]
 	ctx := context.Background()
 	b := make([]byte, 8)
 	odd := make([]byte, 6)
@@ -251,7 +252,7 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%s: not rejected: %v", tc.name, err)
 		}
 	}
-	if err := w.leftovers(); err != nil {
+	if err := w.Leftovers(); err != nil {
 		t.Fatalf("a rejected call sent messages: %v", err)
 	}
 }
@@ -259,8 +260,8 @@ func TestValidation(t *testing.T) {
 // A single rank needs no Conn traffic at all.
 func TestSingleRankNoTraffic(t *testing.T) {
 	for _, oc := range opCases(100) {
-		w := newMemWorld(1)
-		w.fail = func(int, int, uint32, bool) error { return errors.New("single rank must not communicate") }
+		w := conntest.NewWorld(1)
+		w.Fail = func(int, int, uint32, bool) error { return errors.New("single rank must not communicate") }
 		mustOK(t, w, runOp(t, w, oc.f, oc.mk(1)))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/conntest"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -126,20 +127,20 @@ func refAllReduce(dt dtype.DType, op reduce.Op, xs [][]byte, direct bool) []byte
 // runOp runs f on every rank of w concurrently and returns the per-rank
 // errors. It fails the test if the ranks do not finish in time or leave
 // goroutines behind.
-func runOp(t testing.TB, w *memWorld, f opFunc, args []Args) []error {
+func runOp(t testing.TB, w *conntest.World, f opFunc, args []Args) []error {
 	t.Helper()
 	return runOpCtx(t, context.Background(), w, f, args, nil)
 }
 
-func runOpCtx(t testing.TB, parent context.Context, w *memWorld, f opFunc, args []Args, skip map[int]bool) []error {
+func runOpCtx(t testing.TB, parent context.Context, w *conntest.World, f opFunc, args []Args, skip map[int]bool) []error {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 	defer cancel()
-	conns := w.conns()
-	errs := make([]error, w.n)
+	conns := w.Conns()
+	errs := make([]error, w.Size())
 	var wg sync.WaitGroup
-	for r := range w.n {
+	for r := range w.Size() {
 		if skip[r] {
 			continue
 		}
@@ -169,14 +170,14 @@ func checkGoroutines(t testing.TB, before int) {
 	}
 }
 
-func mustOK(t testing.TB, w *memWorld, errs []error) {
+func mustOK(t testing.TB, w *conntest.World, errs []error) {
 	t.Helper()
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	if err := w.leftovers(); err != nil {
+	if err := w.Leftovers(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
 // ReduceScatter reduces block j (In[j], one per rank, all of equal length)
@@ -163,7 +165,7 @@ func Reduce(ctx context.Context, c Conn, a Args) error {
 				continue
 			}
 			cut, dst := r.cuts[p], outs[p]
-			recvSpread(g, 2, cut.n, func(k int) error {
+			workgroup.Spread(g, 2, cut.n, func(k int) error {
 				return r.recv(ctx, p, n-1, k, cut.of(dst, k))
 			})
 		}

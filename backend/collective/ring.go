@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -121,7 +122,7 @@ func (r *ring) run(ctx context.Context, more func(g *group, ctx context.Context)
 	if r.first < r.n-1 { // reduce-scatter receives hold scratch
 		w = r.t.scratchWindow(r.cuts[r.recvBlock(r.first)].size)
 	}
-	in := recvAhead(g, ctx, w, len(seq), func(i int) (msg, error) {
+	in := workgroup.RecvAhead(g, ctx, w, len(seq), func(i int) (msg, error) {
 		p := seq[i]
 		m := msg{buf: r.cuts[r.recvBlock(p.t)].at(p.k)} // all-gather: straight into place
 		if p.t < r.n-1 {
@@ -147,7 +148,7 @@ func (r *ring) sender(ctx context.Context, fwd <-chan msg) error {
 			m := msg{buf: cut.at(k)}
 			if t > r.first {
 				var err error
-				if m, err = take(ctx, fwd); err != nil {
+				if m, err = workgroup.Take(ctx, fwd); err != nil {
 					return err
 				}
 			}
@@ -161,7 +162,7 @@ func (r *ring) sender(ctx context.Context, fwd <-chan msg) error {
 	}
 	if r.root >= 0 {
 		for k := range r.cuts[r.me].n {
-			m, err := take(ctx, fwd)
+			m, err := workgroup.Take(ctx, fwd)
 			if err != nil {
 				return err
 			}
@@ -180,7 +181,7 @@ func (r *ring) processor(ctx context.Context, in *window, fwd chan<- msg) error 
 		cut := r.cuts[r.recvBlock(t)]
 		forward := t < r.last-1 || (t == r.n-2 && r.root >= 0)
 		for k := range cut.n {
-			m, err := in.next(ctx, i)
+			m, err := in.Next(ctx, i)
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/conntest"
 )
 
 func TestSegSize(t *testing.T) {
@@ -111,7 +112,7 @@ func TestPool(t *testing.T) {
 	wg.Wait()
 }
 
-// benchAllReduce measures the ring over the in-memory Conn. The memConn
+// benchAllReduce measures the ring over the in-memory Conn. The conntest.World
 // copies every message twice (into and out of its mailbox), so compare
 // against BenchmarkMemConnCopy rather than against a real transport; the
 // point is to catch algorithmic overhead (extra copies, serialisation).
@@ -125,8 +126,8 @@ func benchAllReduce(b *testing.B, n, size int) {
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	for range b.N {
-		w := newMemWorld(n)
-		conns := w.conns()
+		w := conntest.NewWorld(n)
+		conns := w.Conns()
 		var wg sync.WaitGroup
 		for r := range n {
 			wg.Go(func() {
@@ -165,8 +166,8 @@ func BenchmarkAllGather(b *testing.B) {
 				pool := NewPool()
 				b.SetBytes(int64(size))
 				for range b.N {
-					w := newMemWorld(n)
-					conns := w.conns()
+					w := conntest.NewWorld(n)
+					conns := w.Conns()
 					var wg sync.WaitGroup
 					for r := range n {
 						wg.Go(func() {
@@ -184,7 +185,7 @@ func BenchmarkAllGather(b *testing.B) {
 }
 
 // BenchmarkMemConnCopy is the floor for BenchmarkAllReduce at n=2: the
-// bytes a rank sends in a ring all-reduce, pushed through the memConn
+// bytes a rank sends in a ring all-reduce, pushed through a conntest.World
 // between two goroutines with no reduction.
 func BenchmarkMemConnCopy(b *testing.B) {
 	for _, size := range []int{1 << 20, 16 << 20, 64 << 20} {
@@ -193,8 +194,8 @@ func BenchmarkMemConnCopy(b *testing.B) {
 			b.SetBytes(int64(size))
 			seg := 4 << 20
 			for range b.N {
-				w := newMemWorld(2)
-				cs := w.conns()
+				w := conntest.NewWorld(2)
+				cs := w.Conns()
 				var wg sync.WaitGroup
 				wg.Go(func() {
 					for k := 0; k*seg < size; k++ {

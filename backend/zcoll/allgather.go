@@ -7,6 +7,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
 // AllGather collects every rank's In[0] into Out[j] (one buffer per rank)
@@ -107,7 +108,7 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 					if err != nil {
 						return err
 					}
-					if err := put(ctx, q, f); err != nil {
+					if err := workgroup.Put(ctx, q, f); err != nil {
 						return err
 					}
 				}
@@ -115,7 +116,7 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 			})
 			sp.Go(func() error {
 				for k := range own.n {
-					f, err := take(ctx, q)
+					f, err := workgroup.Take(ctx, q)
 					if err != nil {
 						return err
 					}
@@ -135,7 +136,7 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 	w := windowFor(r.cut(max(len(src), 1)).size, n-1, r.framed)
 	for t := range n - 1 {
 		b := ((me-t-1)%n + n) % n
-		spread(sp, w, cuts[b].n, func(k int) error {
+		workgroup.Spread(sp, w, cuts[b].n, func(k int) error {
 			return r.ringRecv(ctx, step0, t, b, k, cuts[b].of(dst[b], k), gate)
 		})
 	}

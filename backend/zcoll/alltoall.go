@@ -6,6 +6,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
 // AllToAll sends In[j] to rank j and receives Out[j] from rank j, with the
@@ -48,12 +49,12 @@ func AllToAll(ctx context.Context, c collective.VarConn, a Args) error {
 			continue
 		}
 		if in := a.In[p]; len(in) > 0 {
-			x, xctx := g.exchange(gctx)
+			x, xctx := newExchange(g, gctx)
 			xs = append(xs, x)
 			r.outbound(x, xctx, p, 0, r.cut(len(in)), in, nil, nil)
 		}
 		if out := a.Out[p]; len(out) > 0 {
-			x, xctx := g.exchange(gctx)
+			x, xctx := newExchange(g, gctx)
 			xs = append(xs, x)
 			c := r.cut(len(out))
 			r.inbound(x, xctx, p, 0, c, func(k int) msg { return msg{buf: c.of(out, k)} }, false)
@@ -168,7 +169,7 @@ func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, s
 				if release != nil {
 					release(k)
 				}
-				if err := put(ctx, q, f); err != nil {
+				if err := workgroup.Put(ctx, q, f); err != nil {
 					return err
 				}
 			}
@@ -176,7 +177,7 @@ func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, s
 		})
 		sp.Go(func() error {
 			for k := range c.n {
-				f, err := take(ctx, q)
+				f, err := workgroup.Take(ctx, q)
 				if err != nil {
 					return err
 				}
@@ -262,20 +263,20 @@ func (r *run) inbound(sp spawner, ctx context.Context, peer, step int, c cut, in
 		var deliver func(k int, m msg) error
 		if ordered {
 			out = make(chan msg, w)
-			deliver = func(_ int, m msg) error { return put(ctx, out, m) }
+			deliver = func(_ int, m msg) error { return workgroup.Put(ctx, out, m) }
 		}
 		splitRecv(sp, ctx, r.pool, r.st, r.dt, r.kind, c, w,
 			func(st, k int, buf []byte) (int, error) { return r.recvUpTo(ctx, peer, step+st, k, buf) },
 			nil, into, deliver,
 			func(k int, err error) error { return r.wrap("recv", peer, step+stepDynamic, k, err) })
 		if ordered {
-			return &window{chans: []chan msg{out}}
+			return workgroup.Ordered(out)
 		}
 		return nil
 	}
 	if ordered {
-		return recvAhead(sp, ctx, w, c.n, f)
+		return workgroup.RecvAhead(sp, ctx, w, c.n, f)
 	}
-	spread(sp, w, c.n, func(k int) error { _, err := f(k); return err })
+	workgroup.Spread(sp, w, c.n, func(k int) error { _, err := f(k); return err })
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
 // Broadcast copies Root's In[0] into every rank's Out[0], with the contract
@@ -57,7 +58,7 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 	case !r.framed && pos == 0:
 		r.outbound(g, gctx, next, 0, cs, buf, nil, nil)
 	case !r.framed:
-		spread(g, windowFor(cs.size, 1, false), cs.n, func(k int) error {
+		workgroup.Spread(g, windowFor(cs.size, 1, false), cs.n, func(k int) error {
 			seg := cs.of(buf, k)
 			if err := r.recv(gctx, prev, 0, k, seg); err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/internal/conntest"
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -291,7 +292,7 @@ func TestAllToAllIndependent(t *testing.T) {
 		args, _ := spec.mk(n, p.p)
 		errs := runWorld(t, w, spec.f, args, runOpts{})
 		var ce *CorruptError
-		if !errors.As(errs[1], &ce) || !pairLocal(errs[1]) {
+		if !errors.As(errs[1], &ce) || !workgroup.PairLocal(errs[1]) {
 			t.Fatalf("%s: rank 1 returned %v, want a pair-local corrupt error", p.name, errs[1])
 		}
 		var cerr *collective.Error

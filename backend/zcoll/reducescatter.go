@@ -175,7 +175,7 @@ func (r *run) fold(ctx context.Context, op reduce.Op, out, own []byte, c cut, st
 				m = msg{buf: c.of(own, k)}
 			} else {
 				var err error
-				if m, err = streams[i].next(ctx, k); err != nil {
+				if m, err = streams[i].Next(ctx, k); err != nil {
 					return err
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
 // Split mode (UCCL-Zip's split-send; ZipCCL's all-to-all design 2). Every
@@ -101,7 +102,7 @@ func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 				return err
 			}
 			sdur := time.Since(start)
-			if err := put(ctx, q, part{stepStatic, k, s}); err != nil {
+			if err := workgroup.Put(ctx, q, part{stepStatic, k, s}); err != nil {
 				encoders.Put(e)
 				return err
 			}
@@ -124,7 +125,7 @@ func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 				st.EncodeNs.Add(int64(sdur))
 			}
 			st.encoded(start, len(seg), len(s)+len(d))
-			if err := put(ctx, q, part{stepDynamic, k, d}); err != nil {
+			if err := workgroup.Put(ctx, q, part{stepDynamic, k, d}); err != nil {
 				return err
 			}
 		}
@@ -132,7 +133,7 @@ func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 	})
 	sp.Go(func() error {
 		for range 2 * c.n {
-			p, err := take(ctx, q)
+			p, err := workgroup.Take(ctx, q)
 			if err != nil {
 				return err
 			}
@@ -163,7 +164,7 @@ func splitRecv(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 	}
 	es := dt.Size()
 	part := func(step int, size func(numel int) int) *window {
-		return recvAhead(sp, ctx, w, c.n, func(k int) (msg, error) {
+		return workgroup.RecvAhead(sp, ctx, w, c.n, func(k int) (msg, error) {
 			buf := pool.Get(size(c.len(k) / es))
 			n, err := recv(step, k, buf)
 			if err != nil {
@@ -183,11 +184,11 @@ func splitRecv(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 	dw := part(stepDynamic, func(numel int) int { return dynamicCap(numel, dt, kind) })
 	sp.Go(func() error {
 		for k := range c.n {
-			s, err := sw.next(ctx, k)
+			s, err := sw.Next(ctx, k)
 			if err != nil {
 				return err
 			}
-			d, err := dw.next(ctx, k)
+			d, err := dw.Next(ctx, k)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,43 @@
+"""The collective benchmark's inputs and options (no ranks launched): the
+random-bit data really is incompressible and finite, and the zipccl:MODE
+backends parse as documented."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+import zipccl.codec
+from zipccl.bench import collectives
+from zipccl.bench.data import make_input
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_random_bits_are_finite_incompressible_and_reproducible(dtype):
+    x = make_input("random", 1 << 18, dtype, rank=1, world_size=4, seed=7)
+    assert x.dtype == dtype and x.numel() == 1 << 18
+    assert bool(torch.isfinite(x).all())
+    # Four ranks' values summed in any order stay finite.
+    assert bool(torch.isfinite(x.float() * 4).all())
+    assert torch.equal(x.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                       make_input("random", 1 << 18, dtype, rank=1, world_size=4, seed=7)
+                       .view(torch.int16 if dtype != torch.float32 else torch.int32))
+    assert not torch.equal(x, make_input("random", 1 << 18, dtype, rank=2, world_size=4, seed=7))
+    for kind in ("zip3", "huff"):
+        coded = zipccl.codec.compress(x, codec=kind)
+        assert len(coded) >= x.numel() * x.element_size() * 0.97, (kind, len(coded))
+
+
+def config(backends: str) -> dict:
+    p = argparse.ArgumentParser()
+    collectives.configure(p)
+    return collectives._config(p.parse_args(["--backends", backends]))
+
+
+def test_zipccl_mode_backends():
+    assert config("gloo,zipccl,zipccl:never")["backends"] == ["gloo", "zipccl", "zipccl:never"]
+    for bad in ("gloo:never", "zipccl:sometimes", "zipccl,zipccl"):
+        with pytest.raises(ValueError):
+            config(bad)
