@@ -118,4 +118,8 @@ def test_new_group_subsets(pools, ws):
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
 def test_split_group(pools, ws):
+    import inspect
+
+    if "No device associated with the default pg" in inspect.getsource(dist.split_group):
+        pytest.skip(f"torch {torch.__version__} splits only a default group bound to a device (device_id=)")
     no_failures(pools.get(ws).run(task_split_group))

@@ -203,6 +203,10 @@ def test_barrier_waits_for_everyone(pools, ws):
 
 @pytest.mark.parametrize("ws", [2])
 def test_monitored_barrier(pools, ws):
+    import inspect
+
+    if "only implemented for GLOO" in inspect.getsource(dist.monitored_barrier):
+        pytest.skip(f"torch {torch.__version__} runs monitored_barrier on gloo groups only")
     out = pools.get(ws).run(task_monitored_barrier)
     for msg, t in out:
         assert t == [float(ws)] * 2, "the group must keep working after monitored_barrier"

@@ -178,7 +178,9 @@ def task_all_reduce_coalesced(ctx, seed):
 def task_float8_overflow(ctx):
     """float8 sums go through float32 and are rounded like torch's own
     conversion: e4m3fn saturates at +-448 (it has no infinity), e5m2
-    overflows to +-inf."""
+    overflows to +-inf. (torch 2.11's cast turns e4m3fn overflow into NaN
+    where 2.15's saturates; zipccl saturates on every version, so the
+    expectation clamps before casting.)"""
     f: list[str] = []
     ws, me = ctx.world_size, ctx.rank
     cases = [
@@ -190,7 +192,10 @@ def task_float8_overflow(ctx):
     for dt, vals, op in cases:
         xs = [torch.tensor(vals).to(dt) for _ in range(ws)]
         v = torch.tensor(vals, dtype=torch.float64)
-        want = (v * ws if op == "SUM" else v**ws).to(dt)  # torch's rounding of the exact value
+        exact = v * ws if op == "SUM" else v**ws
+        if dt == torch.float8_e4m3fn:
+            exact = exact.clamp(-448.0, 448.0)
+        want = exact.to(dt)  # torch's rounding of the exact value
         t = xs[me].clone()
         guard(f, f"float8 {op} overflow", lambda: dist.all_reduce(t, op=redop(op, dt)))
         check_exact(f, f"{name(dt)} {op} of {vals} x {ws}", t, want)

@@ -95,7 +95,12 @@ def test_info_reports_the_engine():
 def test_collectives_futures_and_errors():
     run_python(
         """
-        # No `import zipccl`: torch finds it through the entry point.
+        # No `import zipccl` where torch finds backends through the
+        # torch.distributed.backends entry point (2.15; 2.11 does not).
+        import inspect
+        import torch.distributed.distributed_c10d as c10d
+        if "torch.distributed.backends" not in inspect.getsource(c10d):
+            import zipccl
         init(pg_options={"x": 1})
         assert "zipccl._C" in sys.modules
         import zipccl
@@ -192,8 +197,13 @@ def test_coalescing_and_profiler_names():
 
         sub = dist.new_group([0])
         dist.all_reduce(torch.ones(2), group=sub)
-        split = dist.split_group(split_ranks=[[0]])
-        dist.all_reduce(torch.ones(2), group=split)
+        try:
+            split = dist.split_group(split_ranks=[[0]])
+        except RuntimeError as e:
+            # torch 2.11 splits only a default group bound to a device.
+            assert "No device associated with the default pg" in str(e), e
+        else:
+            dist.all_reduce(torch.ones(2), group=split)
         dist.destroy_process_group()
         print("ok")
         """,
