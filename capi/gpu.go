@@ -98,14 +98,9 @@ func opOf(op *C.zc_op) *comm.Op {
 //export zc_comm_device_plan
 func zc_comm_device_plan(h C.uintptr_t, op *C.zc_op, out *C.zc_dev_plan, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
 	defer guard(&code, errBuf, errLen)
-	if err := forkCheck(); err != nil {
-		writeErr(errBuf, errLen, err.Error())
-		return C.ZC_ERR_COMM
-	}
-	c, err := commOf(h)
-	if err != nil {
-		writeErr(errBuf, errLen, err.Error())
-		return C.ZC_ERR_INVALID
+	c, rc := liveComm(h, errBuf, errLen)
+	if c == nil {
+		return rc
 	}
 	o := opOf(op)
 	if o.Dev == nil {
@@ -130,14 +125,9 @@ func zc_comm_device_plan(h C.uintptr_t, op *C.zc_op, out *C.zc_dev_plan, errBuf 
 //export zc_comm_device_flush
 func zc_comm_device_flush(h C.uintptr_t, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
 	defer guard(&code, errBuf, errLen)
-	if err := forkCheck(); err != nil {
-		writeErr(errBuf, errLen, err.Error())
-		return C.ZC_ERR_COMM
-	}
-	c, err := commOf(h)
-	if err != nil {
-		writeErr(errBuf, errLen, err.Error())
-		return C.ZC_ERR_INVALID
+	c, rc := liveComm(h, errBuf, errLen)
+	if c == nil {
+		return rc
 	}
 	if err := c.DeviceFlush(); err != nil {
 		writeErr(errBuf, errLen, err.Error())

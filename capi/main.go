@@ -147,6 +147,22 @@ func commOf(h C.uintptr_t) (*comm.Comm, error) {
 	return c, nil
 }
 
+// liveComm is the communicator behind h for a call that needs a usable
+// process (not a forked child): nil, with the error written and its code,
+// otherwise.
+func liveComm(h C.uintptr_t, errBuf *C.char, errLen C.int32_t) (*comm.Comm, C.int32_t) {
+	if err := forkCheck(); err != nil {
+		writeErr(errBuf, errLen, err.Error())
+		return nil, C.ZC_ERR_COMM
+	}
+	c, err := commOf(h)
+	if err != nil {
+		writeErr(errBuf, errLen, err.Error())
+		return nil, C.ZC_ERR_INVALID
+	}
+	return c, C.ZC_OK
+}
+
 // buffers views C memory as Go slices (no copy): tensor storage stays owned
 // by the caller, who keeps it alive until the op's completion.
 func buffers(bufs *C.zc_buf, n C.int32_t, elem int) [][]byte {
@@ -168,14 +184,9 @@ func buffers(bufs *C.zc_buf, n C.int32_t, elem int) [][]byte {
 //export zc_comm_submit
 func zc_comm_submit(h C.uintptr_t, op *C.zc_op, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
 	defer guard(&code, errBuf, errLen)
-	if err := forkCheck(); err != nil {
-		writeErr(errBuf, errLen, err.Error())
-		return C.ZC_ERR_COMM
-	}
-	c, err := commOf(h)
-	if err != nil {
-		writeErr(errBuf, errLen, err.Error())
-		return C.ZC_ERR_INVALID
+	c, rc := liveComm(h, errBuf, errLen)
+	if c == nil {
+		return rc
 	}
 	o := opOf(op) // gpu.go; device ops carry their stream and end event
 	if err := c.Submit(o); err != nil {

@@ -148,11 +148,8 @@ func (c *Comm) Submit(op *Op) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
-		return &Error{Code: CodeComm, Msg: fmt.Sprintf("zipccl: %s on rank %d: the communicator of group %q is shut down", op.Kind, c.cfg.Rank, c.cfg.Name)}
-	}
-	if c.broken != nil {
-		return &Error{Code: CodeComm, Msg: fmt.Sprintf("zipccl: %s on rank %d: group %q is unusable after an earlier failure: %v", op.Kind, c.cfg.Rank, c.cfg.Name, c.broken)}
+	if err := c.usableLocked(op); err != nil {
+		return err
 	}
 	c.active.Add(1)
 	t := &task{op: op, start: time.Now()}

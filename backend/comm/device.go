@@ -120,6 +120,12 @@ func (c *Comm) DevicePlan(op *Op) (gpu.Plan, error) {
 func (c *Comm) usable(op *Op) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.usableLocked(op)
+}
+
+// usableLocked says why op cannot start (the group shut down or broken);
+// c.mu is held.
+func (c *Comm) usableLocked(op *Op) error {
 	if c.closing {
 		return &Error{Code: CodeComm, Msg: fmt.Sprintf("zipccl: %s on rank %d: the communicator of group %q is shut down", op.Kind, c.cfg.Rank, c.cfg.Name)}
 	}

@@ -1,7 +1,6 @@
 package zcoll
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -275,39 +274,9 @@ func runWorld(t testing.TB, w *conntest.World, f opFunc, args []Args, o runOpts)
 	return errs
 }
 
-// checkGoroutines fails if more goroutines are running than before.
-func checkGoroutines(t testing.TB, before int) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), before, buf)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func mustOK(t testing.TB, w *conntest.World, errs []error) {
-	t.Helper()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	if err := w.Leftovers(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func sameBytes(t testing.TB, what string, got, want []byte) {
-	t.Helper()
-	if !bytes.Equal(got, want) {
-		i := 0
-		for i < len(got) && i < len(want) && got[i] == want[i] {
-			i++
-		}
-		t.Fatalf("%s: mismatch at byte %d of %d (want len %d)", what, i, len(got), len(want))
-	}
-}
+// Shared with the other algorithm package's tests (internal/conntest).
+var (
+	checkGoroutines = conntest.CheckGoroutines
+	mustOK          = conntest.MustOK
+	sameBytes       = conntest.SameBytes
+)
