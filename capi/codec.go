@@ -291,6 +291,23 @@ func zc_codec_decode_tensor(src unsafe.Pointer, n C.int64_t, dst unsafe.Pointer,
 	return C.ZC_OK
 }
 
+// codecElements is the dtype and the source bytes of a call over whole
+// elements (estimate, bench).
+func codecElements(dt C.int32_t, src unsafe.Pointer, nbytes C.int64_t) (dtype.DType, []byte, error) {
+	d, err := codecDType(dt)
+	if err != nil {
+		return d, nil, err
+	}
+	in, err := cBytes(src, nbytes, "source")
+	if err != nil {
+		return d, nil, err
+	}
+	if len(in)%d.Size() != 0 {
+		return d, nil, fmt.Errorf("%w: %d bytes is not a whole number of %v elements", codec.ErrSize, len(in), d)
+	}
+	return d, in, nil
+}
+
 //export zc_codec_estimate
 func zc_codec_estimate(src unsafe.Pointer, nbytes C.int64_t, dt C.int32_t, kind C.int32_t, ratio *C.double, chosen *C.int32_t,
 	errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
@@ -299,20 +316,13 @@ func zc_codec_estimate(src unsafe.Pointer, nbytes C.int64_t, dt C.int32_t, kind 
 		writeErr(errBuf, errLen, err.Error())
 		return C.ZC_ERR_INVALID
 	}
-	d, err := codecDType(dt)
+	d, in, err := codecElements(dt, src, nbytes)
 	if err != nil {
 		return fail(err)
 	}
 	k, err := codecKind(kind)
 	if err != nil {
 		return fail(err)
-	}
-	in, err := cBytes(src, nbytes, "source")
-	if err != nil {
-		return fail(err)
-	}
-	if len(in)%d.Size() != 0 {
-		return fail(fmt.Errorf("%w: %d bytes is not a whole number of %v elements", codec.ErrSize, len(in), d))
 	}
 	k = codec.EffectiveKind(d, k)
 	if k == codec.Auto {
@@ -382,16 +392,9 @@ func zc_codec_bench(src unsafe.Pointer, nbytes C.int64_t, dt C.int32_t, optionsJ
 		writeErr(errBuf, errLen, err.Error())
 		return -1
 	}
-	d, err := codecDType(dt)
+	d, in, err := codecElements(dt, src, nbytes)
 	if err != nil {
 		return fail(err)
-	}
-	in, err := cBytes(src, nbytes, "source")
-	if err != nil {
-		return fail(err)
-	}
-	if len(in)%d.Size() != 0 {
-		return fail(fmt.Errorf("%w: %d bytes is not a whole number of %v elements", codec.ErrSize, len(in), d))
 	}
 	var js []byte
 	if optionsJSON != nil {

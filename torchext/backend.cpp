@@ -1,4 +1,5 @@
 #include "backend.hpp"
+#include "dtypes.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -26,41 +27,16 @@ void checkTensor(const char* op, const at::Tensor& t) {
 }
 
 int32_t zcDtype(const char* op, at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return ZC_FLOAT32;
-    case at::kDouble:
-      return ZC_FLOAT64;
-    case at::kBFloat16:
-      return ZC_BFLOAT16;
-    case at::kHalf:
-      return ZC_FLOAT16;
-    case at::kChar:
-      return ZC_INT8;
-    case at::kByte:
-      return ZC_UINT8;
-    case at::kShort:
-      return ZC_INT16;
-    case at::kInt:
-      return ZC_INT32;
-    case at::kLong:
-      return ZC_INT64;
-    case at::kBool:
-      return ZC_BOOL;
-    case at::kFloat8_e4m3fn:
-      return ZC_FLOAT8_E4M3FN;
-    case at::kFloat8_e5m2:
-      return ZC_FLOAT8_E5M2;
-    default:
-      TORCH_CHECK(
-          false,
-          "zipccl: ",
-          op,
-          " does not support dtype ",
-          type,
-          " (supported: Float, Double, BFloat16, Half, Char, Byte, Short, "
-          "Int, Long, Bool, Float8_e4m3fn, Float8_e5m2)");
-  }
+  const int32_t zc = zcDtypeOf(type);
+  TORCH_CHECK(
+      zc >= 0,
+      "zipccl: ",
+      op,
+      " does not support dtype ",
+      type,
+      " (supported: Float, Double, BFloat16, Half, Char, Byte, Short, "
+      "Int, Long, Bool, Float8_e4m3fn, Float8_e5m2)");
+  return zc;
 }
 
 // Every tensor checked and of the dtype of the first; returns the zc dtype.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codec.hpp"
+#include "dtypes.hpp"
 #include "runtime.hpp"
 
 namespace py = pybind11;
@@ -28,69 +29,6 @@ constexpr int64_t kReleaseGilBytes = int64_t{1} << 16;
 // Room for the benchmark's JSON rows (a few KiB in practice).
 constexpr int64_t kBenchOutBytes = int64_t{1} << 20;
 constexpr int32_t kErrBytes = 4096;
-
-// The zc dtype of a torch dtype, or -1 when the codec cannot carry it.
-int32_t codecDtype(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return ZC_FLOAT32;
-    case at::kDouble:
-      return ZC_FLOAT64;
-    case at::kBFloat16:
-      return ZC_BFLOAT16;
-    case at::kHalf:
-      return ZC_FLOAT16;
-    case at::kChar:
-      return ZC_INT8;
-    case at::kByte:
-      return ZC_UINT8;
-    case at::kShort:
-      return ZC_INT16;
-    case at::kInt:
-      return ZC_INT32;
-    case at::kLong:
-      return ZC_INT64;
-    case at::kBool:
-      return ZC_BOOL;
-    case at::kFloat8_e4m3fn:
-      return ZC_FLOAT8_E4M3FN;
-    case at::kFloat8_e5m2:
-      return ZC_FLOAT8_E5M2;
-    default:
-      return -1;
-  }
-}
-
-std::optional<at::ScalarType> scalarType(int32_t zc) {
-  switch (zc) {
-    case ZC_FLOAT32:
-      return at::kFloat;
-    case ZC_FLOAT64:
-      return at::kDouble;
-    case ZC_BFLOAT16:
-      return at::kBFloat16;
-    case ZC_FLOAT16:
-      return at::kHalf;
-    case ZC_INT8:
-      return at::kChar;
-    case ZC_UINT8:
-      return at::kByte;
-    case ZC_INT16:
-      return at::kShort;
-    case ZC_INT32:
-      return at::kInt;
-    case ZC_INT64:
-      return at::kLong;
-    case ZC_BOOL:
-      return at::kBool;
-    case ZC_FLOAT8_E4M3FN:
-      return at::kFloat8_e4m3fn;
-    case ZC_FLOAT8_E5M2:
-      return at::kFloat8_e5m2;
-    default:
-      return std::nullopt;
-  }
-}
 
 // ZC_ERR_INVALID (bad argument, corrupt or truncated data) becomes a
 // ValueError; anything else (a recovered Go panic) a RuntimeError.
@@ -113,7 +51,7 @@ at::Tensor plainCpu(const at::Tensor& t, int32_t& dtype) {
       t.device(),
       " ",
       t.layout());
-  dtype = codecDtype(t.scalar_type());
+  dtype = zcDtypeOf(t.scalar_type());
   if (dtype < 0) {
     throw py::value_error(
         std::string("zipccl.codec: unsupported dtype ") +
@@ -238,7 +176,7 @@ at::Tensor decode(const py::handle& data) {
   const Api& a = api();
   ByteView view(data);
   zc_codec_header h = parseHeader(a, view);
-  auto type = scalarType(h.dtype);
+  auto type = scalarTypeOf(h.dtype);
   if (!type) {
     throw py::value_error(
         "zipccl.codec: the data holds dtype code " + std::to_string(h.dtype) +

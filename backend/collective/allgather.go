@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
 // AllGather collects every rank's In[0] into Out[j] (one buffer per rank) on
@@ -39,7 +41,7 @@ func AllGather(ctx context.Context, c Conn, a Args) error {
 		total += len(b)
 	}
 	local := func() {
-		if !same(a.Out[me], in) {
+		if !bufs.Same(a.Out[me], in) {
 			copy(a.Out[me], in)
 		}
 	}

@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
 // AllReduce reduces In[0] elementwise across all ranks and leaves the result
@@ -43,7 +45,7 @@ func AllReduce(ctx context.Context, c Conn, a Args) error {
 	if err != nil {
 		return err
 	}
-	if !same(a.In[0], data) {
+	if !bufs.Same(a.In[0], data) {
 		copy(data, a.In[0])
 	}
 	if n == 1 || len(data) == 0 {
@@ -52,7 +54,7 @@ func AllReduce(ctx context.Context, c Conn, a Args) error {
 	if len(data)*(n-1) <= AllReduceDirectMax {
 		return directAllReduce(ctx, c, a, data)
 	}
-	r, err := newRing(op, c, a, loadTuning(), es, 0, 2*(n-1), split(data, n, es))
+	r, err := newRing(op, c, a, loadTuning(), es, 0, 2*(n-1), bufs.Split(data, n, es))
 	if err != nil {
 		return err
 	}

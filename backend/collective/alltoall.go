@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
 // AllToAll sends In[j] to rank j and receives Out[j] from rank j. Lengths may
@@ -40,7 +42,7 @@ func AllToAll(ctx context.Context, c Conn, a Args) error {
 			g.Go(func() error { return s.send(gctx, p, 0, 0, a.In[p]) })
 		}
 	}
-	if !same(a.Out[me], a.In[me]) {
+	if !bufs.Same(a.Out[me], a.In[me]) {
 		copy(a.Out[me], a.In[me])
 	}
 	return g.Wait()

@@ -2,9 +2,9 @@ package collective
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -33,22 +33,12 @@ func checkComm(op string, c Conn, root int, rooted bool) (n, me int, err error) 
 	return n, me, nil
 }
 
-// checkReduce validates a reduction's dtype and op and returns the element
-// size. AVG and PREMUL_SUM are rejected: the engine turns them into SUM (plus
-// a local scaling) before calling, so seeing one here is a caller bug that
-// would otherwise silently produce a plain sum.
+// checkReduce validates a reduction's dtype, op and lengths (bufs.CheckReduce)
+// and returns the element size.
 func checkReduce(op string, a Args, lens ...int) (int, error) {
-	if a.Op == reduce.Avg || a.Op == reduce.PreMulSum {
-		return 0, fmt.Errorf("collective: %s: reduce op %v must be resolved by the engine", op, a.Op)
-	}
-	if err := reduce.Check(a.DType, a.Op); err != nil {
+	es, err := bufs.CheckReduce(a.DType, a.Op, lens...)
+	if err != nil {
 		return 0, fmt.Errorf("collective: %s: %w", op, err)
-	}
-	es := a.DType.Size()
-	for _, l := range lens {
-		if l%es != 0 {
-			return 0, fmt.Errorf("collective: %s: buffer of %d bytes is not a whole number of %s elements", op, l, a.DType)
-		}
 	}
 	return es, nil
 }
@@ -60,19 +50,10 @@ func granOf(dt dtype.DType) int {
 }
 
 func need(op, what string, got, want int) error {
-	if got != want {
-		return fmt.Errorf("collective: %s: %s has %d buffers, want %d", op, what, got, want)
+	if err := bufs.Need(what, got, want); err != nil {
+		return fmt.Errorf("collective: %s: %w", op, err)
 	}
 	return nil
-}
-
-// overlaps reports whether a and b share any byte of memory.
-func overlaps(a, b []byte) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // checkAlias rejects an output that overlaps an input other than by being
@@ -81,14 +62,9 @@ func overlaps(a, b []byte) bool {
 // corrupt the result.
 func checkAlias(op string, out []byte, ins [][]byte, self int) error {
 	for j, in := range ins {
-		if overlaps(out, in) && !(j == self && same(out, in)) {
+		if bufs.Overlaps(out, in) && !(j == self && bufs.Same(out, in)) {
 			return fmt.Errorf("collective: %s: Out[0] partially overlaps In[%d]", op, j)
 		}
 	}
 	return nil
-}
-
-// same reports whether a and b are the same memory (or both empty).
-func same(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
 }

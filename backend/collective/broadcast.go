@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
@@ -37,7 +38,7 @@ func Broadcast(ctx context.Context, c Conn, a Args) error {
 		if len(a.In[0]) != len(buf) {
 			return fmt.Errorf("collective: %s: In[0] has %d bytes, Out[0] %d", op, len(a.In[0]), len(buf))
 		}
-		if !same(a.In[0], buf) {
+		if !bufs.Same(a.In[0], buf) {
 			copy(buf, a.In[0])
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/conntest"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
@@ -112,11 +113,11 @@ func refAllReduce(dt dtype.DType, op reduce.Op, xs [][]byte, direct bool) []byte
 		return refChain(dt, op, xs, 0)
 	}
 	out := make([]byte, len(xs[0]))
-	outs := split(out, n, es)
+	outs := bufs.Split(out, n, es)
 	for b := range n {
 		parts := make([][]byte, n)
 		for r := range n {
-			parts[r] = split(xs[r], n, es)[b]
+			parts[r] = bufs.Split(xs[r], n, es)[b]
 		}
 		copy(outs[b], refChain(dt, op, parts, b+1))
 	}

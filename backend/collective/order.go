@@ -2,6 +2,7 @@ package collective
 
 import (
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -11,14 +12,14 @@ import (
 // first unless it is consumed before dst is first written (xs[0], xs[1]).
 func reduceInOrder(dt dtype.DType, op reduce.Op, pool *Pool, dst []byte, xs [][]byte) {
 	if len(xs) == 1 {
-		if !same(dst, xs[0]) {
+		if !bufs.Same(dst, xs[0]) {
 			copy(dst, xs[0])
 		}
 		return
 	}
 	var aside [][]byte
 	for i := 2; i < len(xs); i++ {
-		if overlaps(dst, xs[i]) {
+		if bufs.Overlaps(dst, xs[i]) {
 			b := pool.Get(len(xs[i]))
 			copy(b, xs[i])
 			xs[i] = b

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
@@ -47,7 +48,7 @@ func ReduceScatter(ctx context.Context, c Conn, a Args) error {
 		return err
 	}
 	if n == 1 || size == 0 {
-		if !same(a.Out[0], a.In[me]) {
+		if !bufs.Same(a.Out[0], a.In[me]) {
 			copy(a.Out[0], a.In[me])
 		}
 		return nil
@@ -137,7 +138,7 @@ func Reduce(ctx context.Context, c Conn, a Args) error {
 		return err
 	}
 	if n == 1 || len(in) == 0 {
-		if !same(out, in) {
+		if !bufs.Same(out, in) {
 			copy(out, in)
 		}
 		return nil
@@ -145,7 +146,7 @@ func Reduce(ctx context.Context, c Conn, a Args) error {
 	if len(in)*(n-1) <= ReduceDirectMax {
 		return directReduce(ctx, c, a, out)
 	}
-	r, err := newRing(op, c, a, loadTuning(), es, 0, n-1, split(in, n, es))
+	r, err := newRing(op, c, a, loadTuning(), es, 0, n-1, bufs.Split(in, n, es))
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func Reduce(ctx context.Context, c Conn, a Args) error {
 		r.root = a.Root
 		return r.run(ctx, nil)
 	}
-	outs := split(out, n, es)
+	outs := bufs.Split(out, n, es)
 	r.final = outs[me]
 	// The root receives every other block straight into its place in Out[0].
 	// When Out[0] is In[0] this overwrites input the root still needed only

@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
 // Gather collects every rank's In[0] into Out[j] on Root; Out is only used
@@ -38,7 +40,7 @@ func Gather(ctx context.Context, c Conn, a Args) error {
 			g.Go(func() error { return s.recv(gctx, p, 0, 0, a.Out[p]) })
 		}
 	}
-	if !same(a.Out[me], in) {
+	if !bufs.Same(a.Out[me], in) {
 		copy(a.Out[me], in)
 	}
 	return g.Wait()
@@ -77,7 +79,7 @@ func Scatter(ctx context.Context, c Conn, a Args) error {
 			g.Go(func() error { return s.send(gctx, p, 0, 0, a.In[p]) })
 		}
 	}
-	if !same(out, a.In[me]) {
+	if !bufs.Same(out, a.In[me]) {
 		copy(out, a.In[me])
 	}
 	return g.Wait()

@@ -1,5 +1,7 @@
 package collective
 
+import "github.com/zipccl/zipccl/backend/internal/bufs"
+
 // Tuning knobs. They are read once at the start of every operation, so a
 // tuner may change them between operations (not concurrently with running
 // ones). Every rank of a group must use the same values: they decide the
@@ -103,8 +105,8 @@ func (t tuning) scratchWindow(seg int) int {
 // are whole elements, and there are never more than maxSegments of them.
 func (t tuning) segSize(n, gran int) int {
 	s := min(max(n/t.segPer, t.segMin), t.segMax)
-	s = max(s, ceilDiv(n, maxSegments))
-	s = ceilDiv(s, gran) * gran
+	s = max(s, bufs.CeilDiv(n, maxSegments))
+	s = bufs.CeilDiv(s, gran) * gran
 	return max(s, gran)
 }
 
@@ -117,7 +119,7 @@ type segments struct {
 
 func (t tuning) cut(buf []byte, gran int) segments {
 	s := t.segSize(len(buf), gran)
-	return segments{buf: buf, size: s, n: ceilDiv(len(buf), s)}
+	return segments{buf: buf, size: s, n: bufs.CeilDiv(len(buf), s)}
 }
 
 // at returns segment k of the block (capacity clipped so no callee can write
@@ -134,27 +136,4 @@ func (s segments) of(buf []byte, k int) []byte {
 	lo := k * s.size
 	hi := min(lo+s.size, len(buf))
 	return buf[lo:hi:hi]
-}
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// split cuts buf into n consecutive blocks of whole elements of size gran.
-// Block i gets numel/n elements, and the first numel%n blocks one more, so
-// blocks may be empty when numel < n. The layout depends only on (len, n,
-// gran), so every rank computes the same one.
-func split(buf []byte, n, gran int) [][]byte {
-	numel := len(buf) / gran
-	q, r := numel/n, numel%n
-	out := make([][]byte, n)
-	off := 0
-	for i := range out {
-		cnt := q
-		if i < r {
-			cnt++
-		}
-		end := off + cnt*gran
-		out[i] = buf[off:end:end]
-		off = end
-	}
-	return out
 }

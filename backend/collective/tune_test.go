@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/conntest"
 )
 
@@ -24,7 +25,7 @@ func TestSegSize(t *testing.T) {
 				if s <= 0 || s%gran != 0 {
 					t.Fatalf("%+v gran %d n %d: segment %d not a positive multiple of the element", tu, gran, n, s)
 				}
-				if segs := ceilDiv(n, s); segs > maxSegments {
+				if segs := bufs.CeilDiv(n, s); segs > maxSegments {
 					t.Fatalf("%+v gran %d n %d: %d segments overflow the slot", tu, gran, n, segs)
 				}
 				cut := tu.cut(make([]byte, min(n, 1<<21)), gran)
@@ -34,34 +35,6 @@ func TestSegSize(t *testing.T) {
 				}
 				if total != len(cut.buf) {
 					t.Fatalf("segments cover %d of %d bytes", total, len(cut.buf))
-				}
-			}
-		}
-	}
-}
-
-func TestSplit(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 8} {
-		for _, es := range []int{1, 2, 8} {
-			for _, numel := range []int{0, 1, 5, 17, 64} {
-				buf := make([]byte, numel*es)
-				bs := split(buf, n, es)
-				off := 0
-				for i, b := range bs {
-					want := numel / n
-					if i < numel%n {
-						want++
-					}
-					if len(b) != want*es || cap(b) != len(b) {
-						t.Fatalf("n%d es%d numel%d: block %d has %d bytes (cap %d), want %d", n, es, numel, i, len(b), cap(b), want*es)
-					}
-					if len(b) > 0 && &b[0] != &buf[off] {
-						t.Fatalf("block %d not contiguous", i)
-					}
-					off += len(b)
-				}
-				if off != len(buf) {
-					t.Fatalf("blocks cover %d of %d", off, len(buf))
 				}
 			}
 		}

@@ -35,6 +35,12 @@ type result struct {
 }
 
 func newRig(t *testing.T, n int, timeout time.Duration) *rig {
+	return newRigWith(t, n, "test", timeout, func(int) map[string]string { return nil })
+}
+
+// newRigWith starts n communicators of group name on loopback, with each
+// rank's options from opts; they are aborted when the test ends.
+func newRigWith(t *testing.T, n int, name string, timeout time.Duration, opts func(rank int) map[string]string) *rig {
 	t.Helper()
 	r := &rig{t: t, done: map[uint64]chan result{}}
 	store := rendezvous.NewMemStore()
@@ -42,8 +48,8 @@ func newRig(t *testing.T, n int, timeout time.Duration) *rig {
 		ep, err := transport.Listen("127.0.0.1")
 		require.NoError(t, err)
 		c, err := New(Config{
-			Rank: i, Size: n, Name: "test", Timeout: timeout, Store: store, Endpoint: ep,
-			Complete: r.complete,
+			Rank: i, Size: n, Name: name, Timeout: timeout, Store: store, Endpoint: ep,
+			Options: opts(i), Complete: r.complete,
 		})
 		require.NoError(t, err)
 		r.comms = append(r.comms, c)

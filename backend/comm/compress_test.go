@@ -12,30 +12,11 @@ import (
 
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/reduce"
-	"github.com/zipccl/zipccl/backend/rendezvous"
-	"github.com/zipccl/zipccl/backend/transport"
 )
 
 // newRigOpts is newRig with per-rank group options.
 func newRigOpts(t *testing.T, n int, opts func(rank int) map[string]string) *rig {
-	t.Helper()
-	r := &rig{t: t, done: map[uint64]chan result{}}
-	store := rendezvous.NewMemStore()
-	for i := 0; i < n; i++ {
-		ep, err := transport.Listen("127.0.0.1")
-		require.NoError(t, err)
-		c, err := New(Config{Rank: i, Size: n, Name: "z", Timeout: 30 * time.Second, Store: store, Endpoint: ep, Options: opts(i), Complete: r.complete})
-		require.NoError(t, err)
-		r.comms = append(r.comms, c)
-		r.eps = append(r.eps, ep)
-	}
-	t.Cleanup(func() {
-		for i, c := range r.comms {
-			c.Abort("test over")
-			r.eps[i].Close()
-		}
-	})
-	return r
+	return newRigWith(t, n, "z", 30*time.Second, opts)
 }
 
 func gaussBF16(seed uint64, n int) []byte {

@@ -1,23 +1,12 @@
 package gpu
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../cuda
+#cgo CFLAGS: -I${SRCDIR} -I${SRCDIR}/../../cuda
 #cgo LDFLAGS: -ldl
-#include <dlfcn.h>
+#include <zc_dl.h>
 #include <stdlib.h>
 #include <string.h>
-#include "zipccl_cuda.h"
-
-static void* zk_open(const char* path, char* err, size_t errlen) {
-	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char* e = dlerror();
-		strncpy(err, e ? e : "dlopen failed", errlen - 1);
-		err[errlen - 1] = 0;
-	}
-	return h;
-}
-static void* zk_sym(void* h, const char* n) { return dlsym(h, n); }
+#include <zipccl_cuda.h>
 
 static int zk_int(void* f) { return ((int (*)(void))f)(); }
 static const char* zk_str(void* f) { return ((const char* (*)(void))f)(); }
@@ -127,14 +116,14 @@ func OpenKernels(path string) (*Kernels, error) {
 	cp := C.CString(path)
 	defer C.free(unsafe.Pointer(cp))
 	var errBuf [512]C.char
-	h := C.zk_open(cp, &errBuf[0], C.size_t(len(errBuf)))
+	h := C.zc_dlopen(cp, &errBuf[0], C.size_t(len(errBuf)))
 	if h == nil {
 		return nil, fmt.Errorf("cannot load the CUDA kernel library %s: %s", path, C.GoString(&errBuf[0]))
 	}
 	k := &Kernels{path: path, h: h, fn: map[string]unsafe.Pointer{}, ctxs: map[int]*C.zccl_ctx{}}
 	for _, name := range kernelSyms {
 		cn := C.CString(name)
-		p := C.zk_sym(h, cn)
+		p := C.dlsym(h, cn)
 		C.free(unsafe.Pointer(cn))
 		if p == nil {
 			return nil, fmt.Errorf("%s does not export %s (an older libzipccl_cuda.so?)", path, name)

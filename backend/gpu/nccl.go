@@ -1,8 +1,9 @@
 package gpu
 
 /*
+#cgo CFLAGS: -I${SRCDIR}
 #cgo LDFLAGS: -ldl
-#include <dlfcn.h>
+#include <zc_dl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,16 +45,6 @@ typedef int (*fn_reduce_scatter)(const void*, void*, size_t, int, int, zc_nccl_c
 typedef int (*fn_send)(const void*, size_t, int, int, zc_nccl_comm, void*);
 typedef int (*fn_recv)(void*, size_t, int, int, zc_nccl_comm, void*);
 
-static void* zc_nccl_open(const char* path, char* err, size_t errlen) {
-	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char* e = dlerror();
-		strncpy(err, e ? e : "dlopen failed", errlen - 1);
-		err[errlen - 1] = 0;
-	}
-	return h;
-}
-static void* zc_nccl_sym(void* h, const char* name) { return dlsym(h, name); }
 
 static int zc_call_get_version(void* f, int* v) { return ((fn_get_version)f)(v); }
 static int zc_call_get_unique_id(void* f, void* id) { return ((fn_get_unique_id)f)((zc_nccl_id*)id); }
@@ -258,7 +249,7 @@ func openNCCL(path string) (*realNCCL, error) {
 	cp := C.CString(path)
 	defer C.free(unsafe.Pointer(cp))
 	var errBuf [512]C.char
-	h := C.zc_nccl_open(cp, &errBuf[0], C.size_t(len(errBuf)))
+	h := C.zc_dlopen(cp, &errBuf[0], C.size_t(len(errBuf)))
 	if h == nil {
 		return nil, fmt.Errorf("cannot load %s: %s", path, C.GoString(&errBuf[0]))
 	}
@@ -266,7 +257,7 @@ func openNCCL(path string) (*realNCCL, error) {
 	for _, name := range append(append([]string{}, ncclRequired...), "ncclCommInitRankConfig", "ncclGetLastError",
 		"ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclCommFinalize") {
 		cn := C.CString(name)
-		p := C.zc_nccl_sym(h, cn)
+		p := C.dlsym(h, cn)
 		C.free(unsafe.Pointer(cn))
 		if p != nil {
 			lib.fn[name] = p

@@ -7,6 +7,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
@@ -50,7 +51,7 @@ func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
 		total += len(b)
 	}
 	local := func() {
-		if !same(a.Out[r.me], in) {
+		if !bufs.Same(a.Out[r.me], in) {
 			copy(a.Out[r.me], in)
 		}
 	}

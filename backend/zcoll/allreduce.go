@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
 // AllReduce reduces In[0] elementwise across all ranks and leaves the
@@ -43,10 +44,10 @@ func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 	if err := checkReduce(op, &a, len(data)); err != nil {
 		return err
 	}
-	if overlaps(a.In[0], data) && !same(a.In[0], data) {
+	if bufs.Overlaps(a.In[0], data) && !bufs.Same(a.In[0], data) {
 		return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[0]", op)
 	}
-	if !same(a.In[0], data) {
+	if !bufs.Same(a.In[0], data) {
 		copy(data, a.In[0])
 	}
 	if r.n == 1 || len(data) == 0 {
@@ -55,7 +56,7 @@ func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 	if 2+r.n-1 > maxSteps {
 		return fmt.Errorf("zcoll: %s: group of %d is too large", op, r.n)
 	}
-	blocks := split(data, r.n, r.es)
+	blocks := bufs.Split(data, r.n, r.es)
 	sent := newGates(r.n) // sent[b]: segments of block b this rank no longer reads
 	mine := newGates(1)[0]
 	return r.reduceScatter(ctx, a.Op, blocks, blocks[r.me], rsHooks{

@@ -6,6 +6,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
@@ -60,7 +61,7 @@ func AllToAll(ctx context.Context, c collective.VarConn, a Args) error {
 			r.inbound(x, xctx, p, 0, c, func(k int) msg { return msg{buf: c.of(out, k)} }, false)
 		}
 	}
-	if !same(a.Out[r.me], a.In[r.me]) {
+	if !bufs.Same(a.Out[r.me], a.In[r.me]) {
 		copy(a.Out[r.me], a.In[r.me])
 	}
 	err = g.Wait()

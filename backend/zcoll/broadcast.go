@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
@@ -39,7 +40,7 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 		if len(a.In[0]) != len(buf) {
 			return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[0] %d", op, len(a.In[0]), len(buf))
 		}
-		if !same(a.In[0], buf) {
+		if !bufs.Same(a.In[0], buf) {
 			copy(buf, a.In[0])
 		}
 	}

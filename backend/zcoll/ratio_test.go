@@ -10,6 +10,7 @@ import (
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/conntest"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
@@ -168,7 +169,7 @@ func TestPlainBytes(t *testing.T) {
 			args[r] = Args{Args: collective.Args{DType: dtype.Float32, In: [][]byte{b}, Out: [][]byte{b}}}
 		}
 		mustOK(t, w, runWorld(t, w, AllReduce, args, runOpts{}))
-		blocks := split(make([]byte, numel*4), n, 4)
+		blocks := bufs.Split(make([]byte, numel*4), n, 4)
 		want := int64(0)
 		for b := range n {
 			want += int64(2 * (n - 1) * len(blocks[b]))

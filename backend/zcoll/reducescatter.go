@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -44,12 +45,12 @@ func ReduceScatter(ctx context.Context, c collective.VarConn, a Args) error {
 		return err
 	}
 	for j, in := range a.In {
-		if overlaps(out, in) && !(j == r.me && same(out, in)) {
+		if bufs.Overlaps(out, in) && !(j == r.me && bufs.Same(out, in)) {
 			return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[%d]", op, j)
 		}
 	}
 	if r.n == 1 || len(out) == 0 {
-		if !same(out, a.In[r.me]) {
+		if !bufs.Same(out, a.In[r.me]) {
 			copy(out, a.In[r.me])
 		}
 		return nil
@@ -149,7 +150,7 @@ func (r *run) fold(ctx context.Context, op reduce.Op, out, own []byte, c cut, st
 	// folding it in: it runs in side until then (reduce.Reduce3 allows the
 	// destination to be exactly an operand).
 	var side []byte
-	if !widened && n >= 3 && me >= 2 && same(out, own) {
+	if !widened && n >= 3 && me >= 2 && bufs.Same(out, own) {
 		side = r.pool.Get(c.size)
 		defer r.pool.Put(side)
 	}

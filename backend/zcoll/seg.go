@@ -5,11 +5,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
 // cut describes how a block of total bytes is cut into segments.
@@ -38,14 +38,14 @@ func segSize(nbytes, es, want int, framed bool) int {
 	}
 	s := max(want/es*es, es)
 	if nbytes > 0 {
-		s = max(s, ceilDiv(ceilDiv(nbytes, maxSegments), es)*es)
+		s = max(s, bufs.CeilDiv(bufs.CeilDiv(nbytes, maxSegments), es)*es)
 	}
 	return s
 }
 
 func (r *run) cut(nbytes int) cut {
 	s := segSize(nbytes, r.es, r.segReq, r.framed)
-	return cut{size: s, n: ceilDiv(nbytes, s), total: nbytes}
+	return cut{size: s, n: bufs.CeilDiv(nbytes, s), total: nbytes}
 }
 
 // len is the length of segment k.
@@ -56,40 +56,6 @@ func (c cut) of(buf []byte, k int) []byte {
 	lo := k * c.size
 	hi := min(lo+c.size, len(buf))
 	return buf[lo:hi:hi]
-}
-
-// split cuts buf into n consecutive blocks of whole es-byte elements: block
-// i gets numel/n elements, and the first numel%n blocks one more (as
-// collective's ring does).
-func split(buf []byte, n, es int) [][]byte {
-	numel := len(buf) / es
-	q, rem := numel/n, numel%n
-	out := make([][]byte, n)
-	off := 0
-	for i := range out {
-		cnt := q
-		if i < rem {
-			cnt++
-		}
-		end := off + cnt*es
-		out[i] = buf[off:end:end]
-		off = end
-	}
-	return out
-}
-
-// same reports whether a and b are the same memory (or both empty).
-func same(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
-}
-
-// overlaps reports whether a and b share any byte of memory.
-func overlaps(a, b []byte) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // Coders are reused across operations; each is used by one goroutine at a
@@ -142,7 +108,7 @@ func frameCap(nbytes int, dt dtype.DType, k codec.Kind) int {
 	case codec.Zip3: // at most one escape byte per element, then padding
 		return max(raw, codec.HeaderLen+st+2*codec.Align+numel)
 	case codec.Huff:
-		return max(raw, codec.HeaderLen+st+2*codec.Align+numel+huffSlack+2*ceilDiv(numel, 1<<16))
+		return max(raw, codec.HeaderLen+st+2*codec.Align+numel+huffSlack+2*bufs.CeilDiv(numel, 1<<16))
 	}
 	return raw
 }

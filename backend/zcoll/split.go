@@ -8,6 +8,7 @@ import (
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
 
@@ -305,5 +306,5 @@ func splitCut(fn string, nbytes int, dt dtype.DType, kind codec.Kind, segment in
 		return cut{}, fmt.Errorf("zcoll: %s: %d bytes is not a whole number of %v elements", fn, nbytes, dt)
 	}
 	s := segSize(nbytes, es, segment, true)
-	return cut{size: s, n: ceilDiv(nbytes, s), total: nbytes}, nil
+	return cut{size: s, n: bufs.CeilDiv(nbytes, s), total: nbytes}, nil
 }

@@ -82,7 +82,7 @@ import (
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
-	"github.com/zipccl/zipccl/backend/reduce"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
 // Plan says how an operation moves its data. The zero value is plain mode.
@@ -251,26 +251,15 @@ func newRun(op, algo string, c collective.VarConn, a *Args, rooted bool) (*run, 
 // checkReduce validates a reduction's dtype and op (AVG and PREMUL_SUM must
 // have been resolved by the engine) and the buffer lengths.
 func checkReduce(op string, a *Args, lens ...int) error {
-	if a.Op == reduce.Avg || a.Op == reduce.PreMulSum {
-		return fmt.Errorf("zcoll: %s: reduce op %v must be resolved by the engine", op, a.Op)
-	}
-	if err := reduce.Check(a.DType, a.Op); err != nil {
+	if _, err := bufs.CheckReduce(a.DType, a.Op, lens...); err != nil {
 		return fmt.Errorf("zcoll: %s: %w", op, err)
-	}
-	es := a.DType.Size()
-	for _, l := range lens {
-		if l%es != 0 {
-			return fmt.Errorf("zcoll: %s: buffer of %d bytes is not a whole number of %s elements", op, l, a.DType)
-		}
 	}
 	return nil
 }
 
 func need(op, what string, got, want int) error {
-	if got != want {
-		return fmt.Errorf("zcoll: %s: %s has %d buffers, want %d", op, what, got, want)
+	if err := bufs.Need(what, got, want); err != nil {
+		return fmt.Errorf("zcoll: %s: %w", op, err)
 	}
 	return nil
 }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -120,5 +120,5 @@ def random_bits(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     mant = torch.randint(0, 1 << mbits, (numel,), generator=gen, dtype=torch.int64)
     bits = (sign << (ebits + mbits)) | (exp << mbits) | mant
     if dtype == torch.float32:
-        return bits.to(torch.int64).where(bits < (1 << 31), bits - (1 << 32)).to(torch.int32).view(torch.float32)
+        return bits.where(bits < (1 << 31), bits - (1 << 32)).to(torch.int32).view(torch.float32)
     return bits.where(bits < (1 << 15), bits - (1 << 16)).to(torch.int16).view(dtype)
