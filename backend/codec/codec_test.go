@@ -193,6 +193,27 @@ func TestLarge(t *testing.T) {
 	}
 }
 
+// TestStreamedDecode decodes with the non-temporal output path on (the
+// threshold lowered so a small tensor takes it), into aligned and
+// unaligned outputs.
+func TestStreamedDecode(t *testing.T) {
+	defer func(m int) { streamMin = m }(streamMin)
+	streamMin = 1 << 16
+	src := gauss(dtype.BFloat16, 5*16384+100, 0.02, 12)
+	var e Encoder
+	frame, err := e.Encode(nil, src, dtype.BFloat16, Zip3)
+	if err != nil || e.Kind() != Zip3 {
+		t.Fatalf("%v %v", err, e.Kind())
+	}
+	var d Decoder
+	for _, off := range []int{0, 1, 64} {
+		out := make([]byte, len(src)+off)[off:]
+		if _, err := d.Decode(out, frame); err != nil || !bytes.Equal(out, src) {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+	}
+}
+
 func TestHuge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("> 4 GiB round trip skipped in -short mode")

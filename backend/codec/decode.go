@@ -73,6 +73,7 @@ func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
 	if !allZero(st[IndexEntry*p.nblocks : p.indexLen]) {
 		return fmt.Errorf("%w: index padding", ErrCorrupt)
 	}
+	d.z.Stream = len(dst) >= streamMin
 	off := 0 // position in dyn
 	var got uint32
 	for i := 0; i < p.nblocks; i++ {
@@ -96,6 +97,10 @@ func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
 				return fmt.Errorf("%w: block %d: %d escapes, %d bytes left", ErrCorrupt, i, cnt, len(dyn)-off)
 			}
 			w := zip3.Window{Mode: idx[8], Base: idx[9]}
+			d.z.Ahead = 0
+			if i+1 < p.nblocks {
+				d.z.Ahead = sl
+			}
 			c, err := d.z.DecodeBlock(out, bst, dyn[off:off+cnt], p.f, w)
 			if err != nil {
 				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)

@@ -153,9 +153,9 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 			copy(bst, blk)
 			clear(bst[len(blk):])
 		case Zip3:
+			e.z.Ahead = 0
 			if i+1 < p.nblocks {
-				nb := src[(e0+n)*p.size:]
-				zip3.PrefetchSample(p.f, nb[:min(len(nb), n*p.size)])
+				e.z.Ahead = len(blk)
 			}
 			w := zip3.ChooseWindow(p.f, blk, n)
 			var cnt int

@@ -10,6 +10,12 @@ import (
 
 // Encoder holds per-block scratch state. The zero value is ready to use.
 type Encoder struct {
+	// Ahead is the distance in bytes from this block's source to the next
+	// block's (0: no next block). The kernels prefetch the next block into
+	// L2 while they code this one, so that neither its window sample nor
+	// its coding waits on memory.
+	Ahead int
+
 	codeOf [256]uint8
 	expOf  [8]uint8
 	hi     []byte // fp32: high halves, coded as bf16
@@ -32,13 +38,13 @@ func (e *Encoder) EncodeBlock(st, esc, src []byte, f Format, w Window) ([]byte, 
 	var crc uint32
 	switch f {
 	case BF16:
-		esc, crc = encodeBF16(st, esc, src, &l, w)
+		esc, crc = encodeBF16(st, esc, src, &l, w, mem{pf: e.Ahead})
 	case FP32:
 		// the high half of a float32 is a bfloat16 with the same exponent
 		// field and the same R8 byte: code it with the bf16 kernels
 		e.hi = growTo(e.hi, 2*n)
 		SplitHalves(e.hi[:2*n], st[l.R16:l.R16+2*n], src)
-		esc, _ = encodeBF16(st, esc, e.hi[:2*n], &l, w)
+		esc, _ = encodeBF16(st, esc, e.hi[:2*n], &l, w, mem{})
 		crc = crc32c.Checksum(src)
 	case FP16:
 		// recast each float16 as a bfloat16 whose exponent field is the
@@ -46,7 +52,7 @@ func (e *Encoder) EncodeBlock(st, esc, src []byte, f Format, w Window) ([]byte, 
 		// then write R8 and the code planes; the residue planes follow
 		e.hi = growTo(e.hi, 2*n)
 		fp16ToPseudo(e.hi[:2*n], src)
-		esc, _ = encodeBF16(st, esc, e.hi[:2*n], &l, w)
+		esc, _ = encodeBF16(st, esc, e.hi[:2*n], &l, w, mem{})
 		fp16ResiduePlanes(st[l.ResPlanes:], l.PlaneLen, src)
 		crc = crc32c.Checksum(src)
 	case E5M2, E4M3:
@@ -55,7 +61,7 @@ func (e *Encoder) EncodeBlock(st, esc, src []byte, f Format, w Window) ([]byte, 
 		e.hi = growTo(e.hi, 2*n)
 		e.r8 = growTo(e.r8, l.NP)
 		fp8ToPseudo(e.hi[:2*n], src, s)
-		esc, _ = encodeBF16To(e.r8, st[l.Planes:l.Planes+3*l.PlaneLen], esc, e.hi[:2*n], &l, w)
+		esc, _ = encodeBF16To(e.r8, st[l.Planes:l.Planes+3*l.PlaneLen], esc, e.hi[:2*n], &l, w, mem{})
 		bytePlanes(st[l.ResPlanes:], l.PlaneLen, src, s.qbits)
 		crc = crc32c.Checksum(src)
 	default:
@@ -91,7 +97,7 @@ func clearPad(st []byte, l *Layout, s *spec) {
 
 // encodeBF16Go is the portable bf16 kernel over full 32-element groups.
 // It returns the escape list.
-func encodeBF16Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32) ([]byte, uint32) {
+func encodeBF16Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, _ mem) ([]byte, uint32) {
 	var codeOf [256]uint8
 	Window{Mode: b2m(zero), Base: base}.codes(&codeOf)
 	k := len(esc)
@@ -137,16 +143,16 @@ func growSlice(b []byte, n int) []byte {
 	return b
 }
 
-func encodeBF16(st, esc, src []byte, l *Layout, w Window) ([]byte, uint32) {
-	return encodeBF16To(st[l.R8:l.R8+l.NP], st[l.Planes:l.Planes+3*l.PlaneLen], esc, src, l, w)
+func encodeBF16(st, esc, src []byte, l *Layout, w Window, m mem) ([]byte, uint32) {
+	return encodeBF16To(st[l.R8:l.R8+l.NP], st[l.Planes:l.Planes+3*l.PlaneLen], esc, src, l, w, m)
 }
 
 // encodeBF16To runs the bf16 kernels with the R8 array and the code planes
 // given explicitly.
-func encodeBF16To(r8, planes, esc, src []byte, l *Layout, w Window) ([]byte, uint32) {
+func encodeBF16To(r8, planes, esc, src []byte, l *Layout, w Window, m mem) ([]byte, uint32) {
 	n := l.N
 	full := n / 32
-	esc, crc := encodeBF16Kernel(r8, planes, l.PlaneLen, esc, src[:64*full], full, w.Base, w.Mode == ModeZero, 0)
+	esc, crc := encodeBF16Kernel(r8, planes, l.PlaneLen, esc, src[:64*full], full, w.Base, w.Mode == ModeZero, 0, m)
 	if rem := n - 32*full; rem > 0 {
 		var tmp [64]byte
 		copy(tmp[:], src[64*full:2*n])
@@ -163,7 +169,7 @@ func encodeBF16To(r8, planes, esc, src []byte, l *Layout, w Window) ([]byte, uin
 		}
 		var r [32]byte
 		var pl [12]byte
-		esc, _ = encodeBF16Go(r[:], pl[:], 4, esc, tmp[:], 1, w.Base, w.Mode == ModeZero, 0)
+		esc, _ = encodeBF16Go(r[:], pl[:], 4, esc, tmp[:], 1, w.Base, w.Mode == ModeZero, 0, mem{})
 		copy(r8[32*full:], r[:rem])
 		for j := 0; j < 3; j++ {
 			copy(planes[j*l.PlaneLen+4*full:], pl[4*j:4*j+4])
@@ -219,6 +225,15 @@ func (e *Encoder) encodeGeneric(st, esc, src []byte, s *spec, l *Layout) []byte 
 
 // Decoder holds per-block scratch state. The zero value is ready to use.
 type Decoder struct {
+	// Stream asks the bf16 kernel to write the output with non-temporal
+	// stores where the CPU has them: for tensors much larger than the
+	// cache, this saves the read-for-ownership of every output line and
+	// keeps the frame cached. (Measured no gain for the encoder's output.)
+	Stream bool
+	// Ahead: as in Encoder, the distance from this block's static arrays
+	// to the next block's.
+	Ahead int
+
 	codeOf [256]uint8
 	expOf  [8]uint8
 	sc     escScratch
@@ -256,17 +271,17 @@ func (d *Decoder) DecodeBlock(dst, st, esc []byte, f Format, w Window) (uint32, 
 	var err error
 	switch f {
 	case BF16:
-		used, crc, err = decodeBF16(dst, st, esc, &l, w, &d.expOf, &d.codeOf, &d.sc)
+		used, crc, err = decodeBF16(dst, st, esc, &l, w, &d.expOf, &d.codeOf, &d.sc, mem{nt: d.Stream, pf: d.Ahead})
 	case FP32:
 		d.hi = growTo(d.hi, 2*n)
-		used, _, err = decodeBF16(d.hi[:2*n], st, esc, &l, w, &d.expOf, &d.codeOf, &d.sc)
+		used, _, err = decodeBF16(d.hi[:2*n], st, esc, &l, w, &d.expOf, &d.codeOf, &d.sc, mem{pf: d.Ahead})
 		if err == nil {
 			JoinHalves(dst, d.hi[:2*n], st[l.R16:l.R16+2*n])
 			crc = crc32c.Checksum(dst)
 		}
 	case FP16:
 		d.hi = growTo(d.hi, 2*n)
-		used, _, err = decodeBF16(d.hi[:2*n], st, esc, &l, w, &d.expOf, &d.codeOf, &d.sc)
+		used, _, err = decodeBF16(d.hi[:2*n], st, esc, &l, w, &d.expOf, &d.codeOf, &d.sc, mem{pf: d.Ahead})
 		if err == nil {
 			if err = fp16FromPseudo(dst, d.hi[:2*n], st[l.ResPlanes:], l.PlaneLen); err == nil {
 				crc = crc32c.Checksum(dst)
@@ -276,7 +291,7 @@ func (d *Decoder) DecodeBlock(dst, st, esc []byte, f Format, w Window) (uint32, 
 		d.hi = growTo(d.hi, 2*n)
 		d.r8 = growTo(d.r8, l.NP)
 		clear(d.r8)
-		used, _, err = decodeBF16From(d.hi[:2*n], d.r8, st[l.Planes:l.Planes+3*l.PlaneLen], esc, &l, w, &d.expOf, &d.codeOf, &d.sc)
+		used, _, err = decodeBF16From(d.hi[:2*n], d.r8, st[l.Planes:l.Planes+3*l.PlaneLen], esc, &l, w, &d.expOf, &d.codeOf, &d.sc, mem{})
 		if err == nil {
 			if err = fp8FromPseudo(dst, d.hi[:2*n], st[l.ResPlanes:], l.PlaneLen, s); err == nil {
 				crc = crc32c.Checksum(dst)
@@ -367,14 +382,14 @@ func decodeBF16Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expO
 	return k
 }
 
-func decodeBF16(dst, st, esc []byte, l *Layout, w Window, expOf *[8]uint8, codeOf *[256]uint8, sc *escScratch) (int, uint32, error) {
-	return decodeBF16From(dst, st[l.R8:l.R8+l.NP], st[l.Planes:l.Planes+3*l.PlaneLen], esc, l, w, expOf, codeOf, sc)
+func decodeBF16(dst, st, esc []byte, l *Layout, w Window, expOf *[8]uint8, codeOf *[256]uint8, sc *escScratch, m mem) (int, uint32, error) {
+	return decodeBF16From(dst, st[l.R8:l.R8+l.NP], st[l.Planes:l.Planes+3*l.PlaneLen], esc, l, w, expOf, codeOf, sc, m)
 }
 
-func decodeBF16From(dst, r8, planes, esc []byte, l *Layout, w Window, expOf *[8]uint8, codeOf *[256]uint8, sc *escScratch) (int, uint32, error) {
+func decodeBF16From(dst, r8, planes, esc []byte, l *Layout, w Window, expOf *[8]uint8, codeOf *[256]uint8, sc *escScratch, m mem) (int, uint32, error) {
 	n := l.N
 	full := n / 32
-	k, crc := decodeBF16Kernel(dst[:64*full], r8, planes, l.PlaneLen, esc, full, expOf, codeOf, w, sc, 0)
+	k, crc := decodeBF16Kernel(dst[:64*full], r8, planes, l.PlaneLen, esc, full, expOf, codeOf, w, sc, 0, m)
 	if k < 0 {
 		return 0, 0, errEscOverrun
 	}

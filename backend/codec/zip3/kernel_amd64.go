@@ -3,13 +3,15 @@
 package zip3
 
 import (
+	"unsafe"
+
 	"github.com/klauspost/cpuid/v2"
 
 	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 )
 
 //go:noescape
-func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
+func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
 
 //go:noescape
 func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups int, base, zero uint8) int
@@ -18,7 +20,7 @@ func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups int, base
 func decodeBF16AVX2(dst, r8, planes *byte, plen int, esc *byte, nesc, groups int, tbl *[16]byte, base, zero uint8) int
 
 //go:noescape
-func decodeBF16AVX512(dst, r8, planes *byte, plen int, esc *byte, nesc, pairs int, tbl *[16]byte, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
+func decodeBF16AVX512(dst, r8, planes *byte, plen int, esc *byte, nesc, pairs, pf int, tbl *[16]byte, base, zero, nt uint8, state uint32, k *[10]uint64, fold *[16]byte) int
 
 // HasAVX512 reports whether the AVX-512 kernels can run on this CPU.
 var HasAVX512 = cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512VBMI, cpuid.AVX512VBMI2, cpuid.POPCNT, cpuid.VPCLMULQDQ)
@@ -63,7 +65,7 @@ func UseKernel(name string) (restore func()) {
 	return func() { encodeBF16Kernel, decodeBF16Kernel, KernelName = e, d, n }
 }
 
-func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32) ([]byte, uint32) {
+func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, _ mem) ([]byte, uint32) {
 	if groups > 0 {
 		crc = crc32c.Update(crc, src[:64*groups])
 		_ = src[64*groups-1]
@@ -76,7 +78,7 @@ func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, 
 	return esc, crc
 }
 
-func decodeBF16AVX2Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32) (int, uint32) {
+func decodeBF16AVX2Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32, _ mem) (int, uint32) {
 	if groups == 0 {
 		return 0, crc
 	}
@@ -109,7 +111,7 @@ var foldK = func() (k [10]uint64) {
 	return
 }()
 
-func encodeBF16AVX512Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32) ([]byte, uint32) {
+func encodeBF16AVX512Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, m mem) ([]byte, uint32) {
 	pairs := groups / 2
 	if pairs > 0 {
 		_ = src[128*pairs-1]
@@ -117,13 +119,13 @@ func encodeBF16AVX512Go(r8, planes []byte, plen int, esc, src []byte, groups int
 		_ = planes[2*plen+8*pairs-1]
 		esc = growEsc(esc, 64*pairs+64)
 		var f [16]byte
-		n := encodeBF16AVX512(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], pairs, base, b2u(zero), ^crc, &foldK, &f)
+		n := encodeBF16AVX512(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], pairs, m.pf, base, b2u(zero), ^crc, &foldK, &f)
 		esc = esc[:len(esc)+n]
 		crc = crc32c.FromFold(&f)
 	}
 	if groups%2 == 1 {
 		g := groups - 1
-		esc, crc = encodeBF16Go(r8[32*g:], planes[4*g:], plen, esc, src[64*g:], 1, base, zero, crc)
+		esc, crc = encodeBF16Go(r8[32*g:], planes[4*g:], plen, esc, src[64*g:], 1, base, zero, crc, mem{})
 	}
 	return esc, crc
 }
@@ -137,7 +139,7 @@ func growEsc(b []byte, n int) []byte {
 	return b
 }
 
-func decodeBF16AVX512Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32) (int, uint32) {
+func decodeBF16AVX512Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32, m mem) (int, uint32) {
 	pairs := groups / 2
 	k := 0
 	if pairs > 0 {
@@ -148,7 +150,7 @@ func decodeBF16AVX512Go(dst, r8, planes []byte, plen int, esc []byte, groups int
 		var tbl [16]byte
 		copy(tbl[:], expOf[:])
 		var f [16]byte
-		k = decodeBF16AVX512(&dst[0], &r8[0], &planes[0], plen, &pad[0], len(esc), pairs, &tbl, w.Base, b2u(w.Mode == ModeZero), ^crc, &foldK, &f)
+		k = decodeBF16AVX512(&dst[0], &r8[0], &planes[0], plen, &pad[0], len(esc), pairs, m.pf, &tbl, w.Base, b2u(w.Mode == ModeZero), b2u(m.nt && aligned64(dst)), ^crc, &foldK, &f)
 		if k < 0 {
 			return -1, 0
 		}
@@ -156,7 +158,7 @@ func decodeBF16AVX512Go(dst, r8, planes []byte, plen int, esc []byte, groups int
 	}
 	if groups%2 == 1 {
 		g := groups - 1
-		k2, c := decodeBF16GoK(dst[64*g:], r8[32*g:], planes[4*g:], plen, esc[k:], 1, expOf, codeOf, w, sc, crc)
+		k2, c := decodeBF16GoK(dst[64*g:], r8[32*g:], planes[4*g:], plen, esc[k:], 1, expOf, codeOf, w, sc, crc, mem{})
 		if k2 < 0 {
 			return -1, 0
 		}
@@ -166,16 +168,6 @@ func decodeBF16AVX512Go(dst, r8, planes []byte, plen int, esc []byte, groups int
 	return k, crc
 }
 
-//go:noescape
-func prefetchLines(base *byte, pos *[SampleSize]int32, scale int)
-
-// PrefetchSample starts loading the cache lines ChooseWindow will read for
-// a full block at src, so that choosing the next block's window does not
-// wait on memory. It reads nothing and has no effect on results.
-func PrefetchSample(f Format, src []byte) {
-	size := f.ElemSize()
-	if len(src) < fullN*size {
-		return
-	}
-	prefetchLines(&src[0], &fullPos, size)
-}
+// aligned64 reports whether b starts on a 64-byte boundary, which the
+// non-temporal 64-byte stores need.
+func aligned64(b []byte) bool { return uintptr(unsafe.Pointer(unsafe.SliceData(b)))%64 == 0 }

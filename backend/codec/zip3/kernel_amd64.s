@@ -84,8 +84,8 @@ GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 	VPXORQ Z12, Z12, Z12 \
 	VMOVD  BX, X18
 
-// func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
-TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-80
+// func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
+TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-88
 	MOVQ src+0(FP), SI
 	MOVQ r8+8(FP), DI
 	MOVQ planes+16(FP), DX
@@ -93,14 +93,14 @@ TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-80
 	LEAQ (DX)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	MOVQ esc+32(FP), R10
-	MOVQ R10, R11
 	MOVQ pairs+40(FP), CX
-	MOVL state+52(FP), BX
-	MOVQ k+56(FP), AX
+	MOVQ pf+48(FP), R12
+	MOVL state+60(FP), BX
+	MOVQ k+64(FP), AX
 	CRCSETUP
-	MOVBQZX base+48(FP), AX
+	MOVBQZX base+56(FP), AX
 	VPBROADCASTB AX, Z20
-	MOVBQZX zero+49(FP), BX
+	MOVBQZX zero+57(FP), BX
 	MOVQ $7, AX
 	SUBQ BX, AX
 	VPBROADCASTB AX, Z21 // window width W: 7, or 6 in zero mode
@@ -122,6 +122,9 @@ TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-80
 	JZ   edone
 
 eloop:
+	// the next block, pf bytes on, goes to L2 while this one is coded
+	PREFETCHT1 (SI)(R12*1)
+	PREFETCHT1 64(SI)(R12*1)
 	VMOVDQU64 (SI), Z0
 	VMOVDQU64 64(SI), Z1
 	FOLD2(Z0, Z1)
@@ -171,15 +174,67 @@ eloop:
 	JNZ  eloop
 
 edone:
-	MOVQ fold+64(FP), AX
+	MOVQ fold+72(FP), AX
 	FOLDFINISH
-	SUBQ R11, R10
-	MOVQ R10, ret+72(FP)
+	SUBQ esc+32(FP), R10
+	MOVQ R10, ret+80(FP)
 	VZEROUPPER
 	RET
 
-// func decodeBF16AVX512(dst, r8, planes *byte, plen int, esc *byte, nesc, pairs int, tbl *[16]byte, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
-TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-96
+// DECSTEP rebuilds 64 elements (128 output bytes) and folds them into the
+// CRC; VST stores the output, cached (VMOVDQU64) or non-temporal (VMOVNTDQ)
+// for outputs too large for the cache. Steps: prefetch the next block's
+// R8 line (pf bytes on); codes from the three planes; e = tbl[code];
+// escapes (code 0) expanded from the escape list, which must not hold a
+// field the window codes; lo/hi bytes from e and the sign|mantissa byte,
+// interleaved into 16-bit elements. Comments cannot sit inside a macro.
+#define DECSTEP(VST) \
+	PREFETCHT1 (SI)(R11*1) \
+	KMOVQ    (DX), K1 \
+	KMOVQ    (R8), K2 \
+	KMOVQ    (R9), K3 \
+	VMOVDQU8.Z Z23, K1, Z0 \
+	VPADDB   Z26, Z0, K2, Z0 \
+	VPADDB   Z27, Z0, K3, Z0 \
+	VPSHUFB  Z0, Z28, Z1 \
+	KORQ     K1, K2, K4 \
+	KORQ     K4, K3, K4 \
+	KNOTQ    K4, K4 \
+	KMOVQ    K4, AX \
+	POPCNTQ  AX, BX \
+	LEAQ     (R10)(BX*1), R13 \
+	CMPQ     R13, R12 \
+	JHI      dbad \
+	VMOVDQU64 (R10), Z2 \
+	VPEXPANDB Z2, K4, Z1 \
+	MOVQ     R13, R10 \
+	VPSUBB    Z20, Z1, Z3 \
+	VPCMPUB   $1, Z21, Z3, K4, K5 \
+	VPTESTNMB Z1, Z1, K4, K6 \
+	KANDQ     K7, K6, K6 \
+	KORTESTQ  K5, K6 \
+	JNZ       dbad \
+	VMOVDQU64 (SI), Z4 \
+	VPSLLW    $7, Z1, Z5 \
+	VMOVDQA64 Z25, Z6 \
+	VPTERNLOGD $0xCA, Z4, Z5, Z6 \
+	VPSRLW    $1, Z1, Z7 \
+	VMOVDQA64 Z25, Z8 \
+	VPTERNLOGD $0xCA, Z7, Z4, Z8 \
+	VMOVDQA64 Z6, Z9 \
+	VPERMT2B  Z8, Z24, Z9 \
+	VPERMT2B  Z8, Z29, Z6 \
+	VST Z9, (DI) \
+	VST Z6, 64(DI) \
+	FOLD2(Z9, Z6) \
+	ADDQ $128, DI \
+	ADDQ $64, SI \
+	ADDQ $8, DX \
+	ADDQ $8, R8 \
+	ADDQ $8, R9
+
+// func decodeBF16AVX512(dst, r8, planes *byte, plen int, esc *byte, nesc, pairs, pf int, tbl *[16]byte, base, zero, nt uint8, state uint32, k *[10]uint64, fold *[16]byte) int
+TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-104
 	MOVQ dst+0(FP), DI
 	MOVQ r8+8(FP), SI
 	MOVQ planes+16(FP), DX
@@ -187,18 +242,18 @@ TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-96
 	LEAQ (DX)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	MOVQ esc+32(FP), R10
-	MOVQ R10, R11
 	MOVQ nesc+40(FP), R12
 	ADDQ R10, R12 // escape limit
 	MOVQ pairs+48(FP), CX
-	MOVL state+68(FP), BX
-	MOVQ k+72(FP), AX
+	MOVQ pf+56(FP), R11
+	MOVL state+76(FP), BX
+	MOVQ k+80(FP), AX
 	CRCSETUP
-	MOVQ tbl+56(FP), AX
+	MOVQ tbl+64(FP), AX
 	VBROADCASTI32X4 (AX), Z28
-	MOVBQZX base+64(FP), AX
+	MOVBQZX base+72(FP), AX
 	VPBROADCASTB AX, Z20
-	MOVBQZX zero+65(FP), BX
+	MOVBQZX zero+73(FP), BX
 	MOVQ $7, AX
 	SUBQ BX, AX
 	VPBROADCASTB AX, Z21
@@ -217,65 +272,32 @@ TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-96
 	TESTQ CX, CX
 	JZ   ddone
 
+	MOVBQZX nt+74(FP), AX
+	TESTQ AX, AX
+	JNZ  dntloop
+
 dloop:
-	KMOVQ    (DX), K1
-	KMOVQ    (R8), K2
-	KMOVQ    (R9), K3
-	VMOVDQU8.Z Z23, K1, Z0
-	VPADDB   Z26, Z0, K2, Z0
-	VPADDB   Z27, Z0, K3, Z0
-	VPSHUFB  Z0, Z28, Z1 // e = tbl[c]
-	KORQ     K1, K2, K4
-	KORQ     K4, K3, K4
-	KNOTQ    K4, K4 // escapes
-	KMOVQ    K4, AX
-	POPCNTQ  AX, BX
-	LEAQ     (R10)(BX*1), R13
-	CMPQ     R13, R12
-	JHI      dbad
-	VMOVDQU64 (R10), Z2
-	VPEXPANDB Z2, K4, Z1
-	MOVQ     R13, R10
-	// an escape must not hold a field the window codes
-	VPSUBB    Z20, Z1, Z3
-	VPCMPUB   $1, Z21, Z3, K4, K5
-	VPTESTNMB Z1, Z1, K4, K6
-	KANDQ     K7, K6, K6
-	KORTESTQ  K5, K6
-	JNZ       dbad
-
-	VMOVDQU64 (SI), Z4 // sign|mantissa
-	VPSLLW    $7, Z1, Z5
-	VMOVDQA64 Z25, Z6
-	VPTERNLOGD $0xCA, Z4, Z5, Z6 // lo = 0x80 ? e<<7 : r
-	VPSRLW    $1, Z1, Z7
-	VMOVDQA64 Z25, Z8
-	VPTERNLOGD $0xCA, Z7, Z4, Z8 // hi = 0x80 ? r : e>>1
-	VMOVDQA64 Z6, Z9
-	VPERMT2B  Z8, Z24, Z9
-	VPERMT2B  Z8, Z29, Z6
-	VMOVDQU64 Z9, (DI)
-	VMOVDQU64 Z6, 64(DI)
-	FOLD2(Z9, Z6)
-
-	ADDQ $128, DI
-	ADDQ $64, SI
-	ADDQ $8, DX
-	ADDQ $8, R8
-	ADDQ $8, R9
+	DECSTEP(VMOVDQU64)
 	DECQ CX
 	JNZ  dloop
+	JMP  ddone
+
+dntloop:
+	DECSTEP(VMOVNTDQ)
+	DECQ CX
+	JNZ  dntloop
+	SFENCE
 
 ddone:
-	MOVQ fold+80(FP), AX
+	MOVQ fold+88(FP), AX
 	FOLDFINISH
-	SUBQ R11, R10
-	MOVQ R10, ret+88(FP)
+	SUBQ esc+32(FP), R10
+	MOVQ R10, ret+96(FP)
 	VZEROUPPER
 	RET
 
 dbad:
-	MOVQ $-1, ret+88(FP)
+	MOVQ $-1, ret+96(FP)
 	VZEROUPPER
 	RET
 
@@ -1111,19 +1133,3 @@ DATA c04<>+8(SB)/8, $0x0404040404040404
 DATA c04<>+16(SB)/8, $0x0404040404040404
 DATA c04<>+24(SB)/8, $0x0404040404040404
 GLOBL c04<>(SB), RODATA|NOPTR, $32
-
-// func prefetchLines(base *byte, pos *[SampleSize]int32, scale int)
-// Prefetches base + pos[k]*scale for the 64 sample positions.
-TEXT ·prefetchLines(SB), NOSPLIT, $0-24
-	MOVQ base+0(FP), SI
-	MOVQ pos+8(FP), DI
-	MOVQ scale+16(FP), DX
-	MOVQ $64, CX
-ploop:
-	MOVLQSX (DI), AX
-	IMULQ   DX, AX
-	PREFETCHT0 (SI)(AX*1)
-	ADDQ    $4, DI
-	DECQ    CX
-	JNZ     ploop
-	RET

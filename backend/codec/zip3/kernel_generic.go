@@ -19,6 +19,14 @@ func UsePortable() (restore func()) {
 	return func() { encodeBF16Kernel, decodeBF16Kernel, KernelName = e, d, n }
 }
 
+// mem carries memory hints to the kernels: nt asks for non-temporal stores
+// of the output, pf is the distance in bytes from this block's input to
+// the next block's (prefetched while this one is coded; 0: none).
+type mem struct {
+	nt bool
+	pf int
+}
+
 // escScratch holds a padded copy of a block's escapes for the SIMD decoders.
 type escScratch struct{ buf []byte }
 
@@ -32,7 +40,7 @@ func (sc *escScratch) padded(esc []byte) []byte {
 	return pad
 }
 
-func decodeBF16GoK(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, _ Window, _ *escScratch, crc uint32) (int, uint32) {
+func decodeBF16GoK(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, _ Window, _ *escScratch, crc uint32, _ mem) (int, uint32) {
 	k := decodeBF16Go(dst, r8, planes, plen, esc, groups, expOf, codeOf)
 	if k < 0 {
 		return -1, 0

@@ -13,6 +13,3 @@ func Kernels() []string { return []string{"go"} }
 
 // UseKernel selects a kernel set by name; only "go" exists here.
 func UseKernel(name string) (restore func()) { return UsePortable() }
-
-// PrefetchSample is a no-op without the assembly kernels.
-func PrefetchSample(f Format, src []byte) {}

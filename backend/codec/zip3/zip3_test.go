@@ -129,3 +129,37 @@ func TestPortableMatchesKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestMemHints checks that the memory hints (Ahead prefetches, Stream's
+// non-temporal stores, on aligned and unaligned outputs) change no byte.
+func TestMemHints(t *testing.T) {
+	const n = 16384 + 96 // pairs, an odd group and a partial group
+	src := gaussBF16(3*n, 0.05, 11)
+	w := ChooseWindow(BF16, src[:2*n], n)
+	var e Encoder
+	ref := make([]byte, StaticLen(BF16, n))
+	refEsc, _, refCRC := e.EncodeBlock(ref, nil, src[:2*n], BF16, w)
+	for _, kn := range Kernels() {
+		restore := UseKernel(kn)
+		for _, ahead := range []int{0, 2 * n, 4 * n, -64} { // -64: a line this block has read already
+			e := Encoder{Ahead: ahead}
+			st := make([]byte, len(ref))
+			esc, _, crc := e.EncodeBlock(st, nil, src[:2*n], BF16, w)
+			if !bytes.Equal(st, ref) || !bytes.Equal(esc, refEsc) || crc != refCRC {
+				t.Fatalf("kernel %s ahead %d: encoder output differs", kn, ahead)
+			}
+			for _, stream := range []bool{false, true} {
+				for _, off := range []int{0, 1, 64} {
+					d := Decoder{Stream: stream, Ahead: ahead}
+					buf := make([]byte, 2*n+off)
+					out := buf[off:]
+					c, err := d.DecodeBlock(out, st, esc, BF16, w)
+					if err != nil || c != refCRC || !bytes.Equal(out, src[:2*n]) {
+						t.Fatalf("kernel %s ahead %d stream %v offset %d: %v", kn, ahead, stream, off, err)
+					}
+				}
+			}
+		}
+		restore()
+	}
+}
