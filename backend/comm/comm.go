@@ -170,7 +170,7 @@ func (c *Comm) complete(t *task, source int, err error) {
 	if err != nil {
 		c.log.Infof("%s failed: %v", t.op.Kind, err)
 	} else if zlog.Enabled(zlog.Trace) {
-		c.log.Tracef("%s #%d done in %v", t.op.Kind, t.seq, time.Since(t.start))
+		c.log.Tracef("%s #%d done in %v (%s: %s)", t.op.Kind, t.seq, time.Since(t.start), t.decision.Label(), t.decision.Why)
 	}
 	if c.cfg.Complete != nil {
 		c.cfg.Complete(t.op.Ticket, source, err)

@@ -3,7 +3,6 @@ package zcoll
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
@@ -60,7 +59,7 @@ func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
 		return nil
 	}
 	g, gctx := newGroup(ctx)
-	r.gatherRing(g, gctx, 0, a.Out, in, nil, nil)
+	r.gatherRing(g, gctx, 0, a.Out, in, nil)
 	g.Go(func() error { local(); return nil }) // no other goroutine writes Out[me]
 	return g.Wait()
 }
@@ -71,7 +70,7 @@ func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
 // until segment k of src is final; gate, if not nil, says when segment k
 // of dst[b] may be overwritten.
 func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byte, src []byte,
-	ready func(ctx context.Context, k int) error, gate *ringGate) {
+	ready func(ctx context.Context, k int) error) {
 	n, me := r.n, r.me
 	next := (me + 1) % n
 	cuts := make([]cut, n)
@@ -138,39 +137,23 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 	for t := range n - 1 {
 		b := ((me-t-1)%n + n) % n
 		workgroup.Spread(sp, w, cuts[b].n, func(k int) error {
-			return r.ringRecv(ctx, step0, t, b, k, cuts[b].of(dst[b], k), gate)
+			return r.ringRecv(ctx, step0, t, k, cuts[b].of(dst[b], k))
 		})
 	}
 }
 
-// ringRecv receives segment k of block b at ring step t into seg (decoding
+// ringRecv receives segment k of the block of ring step t into seg (decoding
 // it in framed mode) and forwards it unless the block has gone round.
-func (r *run) ringRecv(ctx context.Context, step0, t, b, k int, seg []byte, gate *ringGate) error {
+func (r *run) ringRecv(ctx context.Context, step0, t, k int, seg []byte) error {
 	n := r.n
 	next, prev := (r.me+1)%n, (r.me+n-1)%n
-	wait := func() error {
-		if gate == nil {
-			return nil
-		}
-		return gate.wait(ctx, b, k)
-	}
 	if !r.framed {
-		dst := seg
-		if gate != nil && !gate.released(b, k) {
-			// seg is still being sent: post the receive into scratch now
-			// (a late receive would cost the transport a copy too).
-			dst = r.pool.Get(len(seg))
-			defer r.pool.Put(dst)
-			ringScratch.Add(1)
-		}
-		if err := r.recv(ctx, prev, step0+t, k, dst); err != nil {
+		// Straight into place, even while this rank may still be sending
+		// its own contribution from seg: no byte of segment k of block b
+		// can arrive before rank b reduced it, which needed all of that
+		// contribution, so its send had finished reading seg by then.
+		if err := r.recv(ctx, prev, step0+t, k, seg); err != nil {
 			return err
-		}
-		if len(dst) > 0 && &dst[0] != &seg[0] {
-			if err := wait(); err != nil {
-				return err
-			}
-			copy(seg, dst)
 		}
 		if t < n-2 {
 			return r.send(ctx, next, step0+t+1, k, seg)
@@ -189,26 +172,8 @@ func (r *run) ringRecv(ctx context.Context, step0, t, b, k int, seg []byte, gate
 			return err
 		}
 	}
-	if err := wait(); err != nil {
-		return err
-	}
 	if err := decodeFrame(r.st, seg, frame, r.dt); err != nil {
 		return r.wrap("recv", prev, step0+t, k, err)
 	}
 	return nil
 }
-
-// ringScratch counts plain all-gather receives that went through scratch
-// because their destination was still being sent (for tests).
-var ringScratch atomic.Int64
-
-// ringGate tells the all-gather when a segment of a block may be
-// overwritten (all-reduce: once this rank no longer reads its own
-// contribution there).
-type ringGate struct {
-	gates []*gate
-}
-
-func (g *ringGate) released(b, k int) bool { return g.gates[b].released(k) }
-
-func (g *ringGate) wait(ctx context.Context, b, k int) error { return g.gates[b].wait(ctx, k) }

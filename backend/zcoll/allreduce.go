@@ -23,8 +23,10 @@ import (
 // identical bits, and the result does not depend on the Plan.
 //
 // Everything runs as one pipeline: the all-gather of a segment starts as
-// soon as it is reduced, and received blocks are written over this rank's
-// own contribution to them only once it has been sent (plain) or coded.
+// soon as it is reduced. Received segments go straight into place, over
+// this rank's own contribution to them: a reduced segment exists only
+// after its owner received all of that contribution, so this rank has
+// finished sending (or coding) it before any byte of the result arrives.
 func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 	const op = "allreduce"
 	r, err := newRun(op, "twoshot", c, &a, false)
@@ -57,13 +59,11 @@ func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 		return fmt.Errorf("zcoll: %s: group of %d is too large", op, r.n)
 	}
 	blocks := bufs.Split(data, r.n, r.es)
-	sent := newGates(r.n) // sent[b]: segments of block b this rank no longer reads
 	mine := newGates(1)[0]
 	return r.reduceScatter(ctx, a.Op, blocks, blocks[r.me], rsHooks{
-		sent:    func(p, k int) { sent[p].advance() },
 		reduced: func(int) { mine.advance() },
 		more: func(sp spawner, ctx context.Context) {
-			r.gatherRing(sp, ctx, 2, blocks, blocks[r.me], mine.wait, &ringGate{sent})
+			r.gatherRing(sp, ctx, 2, blocks, blocks[r.me], mine.wait)
 		},
 	})
 }

@@ -52,7 +52,7 @@ func AllToAll(ctx context.Context, c collective.VarConn, a Args) error {
 		if in := a.In[p]; len(in) > 0 {
 			x, xctx := newExchange(g, gctx)
 			xs = append(xs, x)
-			r.outbound(x, xctx, p, 0, r.cut(len(in)), in, nil, nil)
+			r.outbound(x, xctx, p, 0, r.cut(len(in)), in, nil)
 		}
 		if out := a.Out[p]; len(out) > 0 {
 			x, xctx := newExchange(g, gctx)
@@ -130,11 +130,10 @@ func (r *run) wrap(action string, peer, step, k int, err error) error {
 }
 
 // outbound starts, in sp, the goroutines that send block src (cut c) to
-// peer as messages at step (and step+1 in split mode). release(k), if not
-// nil, is called once segment k of src is no longer read (sent in plain
-// mode, encoded otherwise). pace(ctx, k), if not nil, is waited for before
+// peer as messages at step (and step+1 in split mode). pace(ctx, k), if
+// not nil, is waited for before
 // segment k is sent, and called with k = c.n once every segment is sent.
-func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, src []byte, release func(k int), pace func(ctx context.Context, k int) error) {
+func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, src []byte, pace func(ctx context.Context, k int) error) {
 	if c.n == 0 {
 		return
 	}
@@ -150,9 +149,6 @@ func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, s
 				if err := r.send(ctx, peer, step, k, c.of(src, k)); err != nil {
 					return err
 				}
-				if release != nil {
-					release(k)
-				}
 			}
 			if pace != nil {
 				return pace(ctx, c.n)
@@ -166,9 +162,6 @@ func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, s
 				f, err := r.encodeFrame(c.of(src, k))
 				if err != nil {
 					return err
-				}
-				if release != nil {
-					release(k)
 				}
 				if err := workgroup.Put(ctx, q, f); err != nil {
 					return err
@@ -211,7 +204,7 @@ func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, s
 				return pace(ctx, c.n)
 			}
 			return nil
-		}, release)
+		})
 	}
 }
 

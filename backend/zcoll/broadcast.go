@@ -57,7 +57,7 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 	g, gctx := newGroup(ctx)
 	switch {
 	case !r.framed && pos == 0:
-		r.outbound(g, gctx, next, 0, cs, buf, nil, nil)
+		r.outbound(g, gctx, next, 0, cs, buf, nil)
 	case !r.framed:
 		workgroup.Spread(g, windowFor(cs.size, 1, false), cs.n, func(k int) error {
 			seg := cs.of(buf, k)
@@ -72,7 +72,7 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 	case pos == 0:
 		splitSend(g, gctx, r.pool, r.st, buf, r.dt, r.kind, cs, func(st, k int, b []byte) error {
 			return r.send(gctx, next, st, k, b)
-		}, nil)
+		})
 	default:
 		var fwd func(st, k int, b []byte) error
 		if pos < n-1 {

@@ -112,13 +112,6 @@ func (g *gate) open() {
 	g.mu.Unlock()
 }
 
-// released reports whether segment k is released.
-func (g *gate) released(k int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.n > k
-}
-
 // wait blocks until segment k is released.
 func (g *gate) wait(ctx context.Context, k int) error {
 	for {

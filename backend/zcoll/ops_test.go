@@ -281,11 +281,11 @@ func TestBroadcast(t *testing.T) {
 	}
 }
 
-// Plain all-reduce writes a received reduced segment over this rank's own
-// contribution only once that has been sent; a receive that would have to
-// wait goes through scratch. Jitter makes both paths happen.
+// All-reduce receives each reduced segment straight over this rank's own
+// contribution to it, which it may still be sending or coding as far as
+// its own goroutines know; jitter varies the interleavings, and the result
+// must still be exact.
 func TestAllReduceJitter(t *testing.T) {
-	before := ringScratch.Load()
 	for i := range 20 {
 		n := 2 + i%3
 		dt := testDTypes[i%len(testDTypes)]
@@ -309,5 +309,4 @@ func TestAllReduceJitter(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d receives through scratch", ringScratch.Load()-before)
 }

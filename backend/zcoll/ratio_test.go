@@ -234,7 +234,7 @@ func TestEncodeBuffers(t *testing.T) {
 						splitSend(g, ctx, pool, nil, src, dt, k, c, func(_, _ int, buf []byte) error {
 							parts = append(parts, bytes.Clone(buf))
 							return nil
-						}, nil)
+						})
 						if err := g.Wait(); err != nil {
 							t.Fatal(err)
 						}

@@ -64,7 +64,6 @@ const paceLag = 4
 
 // rsHooks let all-reduce run its all-gather inside the reduce-scatter.
 type rsHooks struct {
-	sent    func(p, k int)                        // segment k of block p is no longer read by its sender
 	reduced func(k int)                           // segment k of out is final
 	more    func(sp spawner, ctx context.Context) // more goroutines for the same group
 }
@@ -112,11 +111,7 @@ func (r *run) reduceScatter(ctx context.Context, op reduce.Op, blocks [][]byte, 
 			continue
 		}
 		c := r.cut(len(blocks[p]))
-		var rel func(k int)
-		if h.sent != nil {
-			rel = func(k int) { h.sent(p, k) }
-		}
-		r.outbound(g, gctx, p, 0, c, blocks[p], rel, pace(p, c.n))
+		r.outbound(g, gctx, p, 0, c, blocks[p], pace(p, c.n))
 	}
 	mine := r.cut(len(out))
 	streams := make([]*window, r.n)

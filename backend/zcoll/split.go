@@ -76,10 +76,9 @@ func dynamicEncCap(numel int, dt dtype.DType, k codec.Kind) int {
 // src in split mode through send: an encoder that produces static(k) and
 // then dynamic(k) for k = 0, 1, ... into a short queue, and a sender that
 // drains it in that order, so the static part of a segment goes out while
-// its dynamic part is being coded. release(k), if not nil, is called once
-// segment k of src is no longer read.
+// its dynamic part is being coded.
 func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats, src []byte, dt dtype.DType, kind codec.Kind, c cut,
-	send func(step, k int, buf []byte) error, release func(k int)) {
+	send func(step, k int, buf []byte) error) {
 	if c.n == 0 {
 		return
 	}
@@ -118,9 +117,6 @@ func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 			d = append(d, t[:]...)
 			if cap(s) != cap(sb) || cap(d) != cap(db) {
 				reallocs.Add(1)
-			}
-			if release != nil {
-				release(k)
 			}
 			if st != nil {
 				st.EncodeNs.Add(int64(sdur))
@@ -261,7 +257,7 @@ func SendSplit(ctx context.Context, send func(slot uint32, bufs ...[]byte) error
 	g, gctx := newGroup(ctx)
 	splitSend(g, gctx, pool, st, src, dt, kind, c, func(step, k int, buf []byte) error {
 		return send(collective.Slot(step, k), buf)
-	}, nil)
+	})
 	return g.Wait()
 }
 
