@@ -240,11 +240,16 @@ func Decide(in Input, th Defaults) Decision {
 	k := bestKind(in, th)
 	raw, coded := predict(in, th, codec.Raw), predict(in, th, k)
 	dec.PredRaw, dec.PredCoded = raw, coded
+	other := codec.Huff
+	if k == codec.Huff {
+		other = codec.Zip3
+	}
+	alt := fmt.Sprintf("%v %.3gs, %v %.3gs", k, coded, other, predict(in, th, other))
 	if coded < (1-th.Margin)*raw {
 		dec.Zcoll, dec.Coded, dec.Kind = true, true, k
-		dec.Why = fmt.Sprintf("model: coded %.3gs < raw %.3gs", coded, raw)
+		dec.Why = fmt.Sprintf("model: coded (%s) < raw %.3gs", alt, raw)
 	} else {
-		dec.Why = fmt.Sprintf("model: raw %.3gs <= coded %.3gs", raw, coded)
+		dec.Why = fmt.Sprintf("model: raw %.3gs <= coded (%s)", raw, alt)
 	}
 	return dec
 }
