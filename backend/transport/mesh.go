@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zipccl/zipccl/backend/zlog"
@@ -48,6 +49,9 @@ type Mesh struct {
 	unexp     map[peerKey][]*message
 	order     uint64 // posting and arrival order, for any-source matching
 	collFloor uint64 // collective messages with seq below this are stale
+	// posts is closed (and cleared) by the next post, close or peer loss,
+	// to wake a reader waiting for a large message's receive (awaitPost).
+	posts chan struct{}
 }
 
 type peerKey struct {
@@ -286,6 +290,7 @@ func (m *Mesh) markDown(p *peer, err error, remote bool) {
 	}
 	wasReady := p.state == ready
 	p.state = down
+	m.wakeReaders()
 	p.err = err
 	if p.conn != nil {
 		p.conn.Close()
@@ -319,6 +324,67 @@ func (m *Mesh) isClosed() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.closed
+}
+
+// A large message whose receive is not posted yet would be read into a
+// fresh buffer (page faults, and garbage) and copied again when the
+// receive comes; a send that starts just before its receive is posted is
+// the common case (batch_isend_irecv, a pipelined broadcast whose next
+// call starts on the root first). So the reader holds such a message in
+// the socket for a while, letting TCP flow control stall the sender,
+// and reads it straight into the receive if one is posted in time. It
+// waits at most about as long as buffering would cost (awaitRate), so a
+// message whose receive comes much later, or never (a mismatch, or a
+// receive that waits on a later message of this connection), is buffered
+// as before and nothing can deadlock.
+const (
+	awaitMin  = 4 << 20 // above zcoll's segments, whose receives are posted in windows
+	awaitRate = 4 << 30 // bytes per second of buffering cost assumed
+	awaitMax  = 50 * time.Millisecond
+)
+
+// largeBuffered counts messages of at least awaitMin bytes that were
+// buffered (for tests).
+var largeBuffered atomic.Int64
+
+// awaitPost waits for a receive matching k from src, for a message of n
+// bytes. Called and returning with m.mu held; it releases it while waiting.
+func (m *Mesh) awaitPost(src int, k Key, n uint64) *recvReq {
+	limit := min(time.Duration(float64(n)/awaitRate*float64(time.Second)), awaitMax)
+	deadline := time.Now().Add(limit)
+	for !m.closed {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		if m.posts == nil {
+			m.posts = make(chan struct{})
+		}
+		wake := m.posts
+		m.mu.Unlock()
+		t := time.NewTimer(left)
+		select {
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+		m.mu.Lock()
+		if p := m.peers[src]; p.state == down {
+			return nil
+		}
+		if r := m.match(src, k); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// wakeReaders wakes readers in awaitPost (m.mu held).
+func (m *Mesh) wakeReaders() {
+	if m.posts != nil {
+		close(m.posts)
+		m.posts = nil
+	}
 }
 
 // readLoop owns reading from one connection.
@@ -378,7 +444,14 @@ func (m *Mesh) deliver(p *peer, h *header, c net.Conn) error {
 		m.mu.Unlock()
 		return discard(c, h.length)
 	}
-	if r := m.match(p.rank, k); r != nil {
+	r := m.match(p.rank, k)
+	if r == nil && h.length >= awaitMin {
+		if r = m.awaitPost(p.rank, k, h.length); r == nil && h.kind == Coll && h.seq < m.collFloor {
+			m.mu.Unlock()
+			return discard(c, h.length)
+		}
+	}
+	if r != nil {
 		if err := r.check(p.rank, h); err != nil {
 			r.finish(p.rank, err)
 			m.mu.Unlock()
@@ -401,6 +474,9 @@ func (m *Mesh) deliver(p *peer, h *header, c net.Conn) error {
 	}
 	m.mu.Unlock()
 
+	if h.length >= awaitMin {
+		largeBuffered.Add(1)
+	}
 	buf := make([]byte, h.length)
 	if _, err := io.ReadFull(c, buf); err != nil {
 		return err
@@ -537,6 +613,7 @@ func (m *Mesh) post(peer int, k Key, buf []byte, want *Desc, upTo bool, accept f
 	r.order = m.order
 	if peer < 0 {
 		m.anyPosted[k.Seq] = append(m.anyPosted[k.Seq], r)
+		m.wakeReaders()
 		return pd
 	}
 	p := m.peers[peer]
@@ -547,6 +624,7 @@ func (m *Mesh) post(peer int, k Key, buf []byte, want *Desc, upTo bool, accept f
 	m.ensure(p)
 	pk := peerKey{peer, k}
 	m.posted[pk] = append(m.posted[pk], r)
+	m.wakeReaders()
 	return pd
 }
 
@@ -862,6 +940,7 @@ func (m *Mesh) markClosed() bool {
 		return false
 	}
 	m.closed = true
+	m.wakeReaders()
 	return true
 }
 

@@ -367,3 +367,60 @@ func TestIsLocalIP(t *testing.T) {
 		}
 	}
 }
+
+// A large message whose receive is posted just after it arrives goes
+// straight into the receive's buffer, not through a buffered copy.
+func TestLargeMessageWaitsForItsReceive(t *testing.T) {
+	g := newTestGroup(t, 2)
+	ctx := ctxT(t)
+	var d Desc
+	payload := bytes.Repeat([]byte("0123456789abcdef"), awaitMin/4) // 4*awaitMin bytes: a wait of about 4 ms
+	// connect first, so that the message's header arrives before the receive
+	warm := Key{Kind: P2P, Seq: 99}
+	go func() { _ = g.meshes[1].Send(ctx, 0, warm, &d, []byte{1}) }()
+	_, err := g.meshes[0].Recv(ctx, 1, warm, make([]byte, 1), &d)
+	require.NoError(t, err)
+	direct := false
+	for try := 0; try < 3 && !direct; try++ {
+		k := Key{Kind: P2P, Seq: uint64(100 + try)}
+		before := largeBuffered.Load()
+		errc := make(chan error, 1)
+		go func() { errc <- g.meshes[1].Send(ctx, 0, k, &d, payload) }()
+		time.Sleep(time.Millisecond) // the frame's header is in; no receive yet
+		buf := make([]byte, len(payload))
+		_, err := g.meshes[0].Recv(ctx, 1, k, buf, &d)
+		require.NoError(t, err)
+		require.NoError(t, <-errc)
+		require.Equal(t, payload, buf)
+		direct = largeBuffered.Load() == before
+	}
+	require.True(t, direct, "every try buffered the message")
+}
+
+// A large message whose receive comes only after a later message's (on the
+// same connection) is buffered once the wait is over: nothing deadlocks.
+func TestLargeMessageReceivedLateIsBuffered(t *testing.T) {
+	g := newTestGroup(t, 2)
+	ctx := ctxT(t)
+	var d Desc
+	big := bytes.Repeat([]byte{7}, 2*awaitMin)
+	kBig, kSmall := Key{Kind: P2P, Seq: 1}, Key{Kind: P2P, Seq: 2}
+	before := largeBuffered.Load()
+	errc := make(chan error, 1)
+	go func() {
+		if err := g.meshes[1].Send(ctx, 0, kBig, &d, big); err != nil {
+			errc <- err
+			return
+		}
+		errc <- g.meshes[1].Send(ctx, 0, kSmall, &d, []byte{1})
+	}()
+	small := make([]byte, 1)
+	_, err := g.meshes[0].Recv(ctx, 1, kSmall, small, &d)
+	require.NoError(t, err)
+	require.NoError(t, <-errc)
+	require.Equal(t, int64(1), largeBuffered.Load()-before)
+	buf := make([]byte, len(big))
+	_, err = g.meshes[0].Recv(ctx, 1, kBig, buf, &d)
+	require.NoError(t, err)
+	require.Equal(t, big, buf)
+}
