@@ -87,6 +87,25 @@ def task_broadcast(ctx, seed, dtypes):
     return f
 
 
+def task_broadcast_after_probe(ctx, seed, dtypes):
+    """Once a compressible op of 1 MiB or more has made the group measure
+    itself (and find every link on this host), broadcast runs a binomial
+    tree of whole-buffer messages instead of the chain: every rank must
+    reach that choice alike, for every root."""
+    f: list[str] = []
+    ws, me = ctx.world_size, ctx.rank
+    t = torch.ones(1 << 20, dtype=torch.bfloat16)
+    guard(f, "all_reduce 2 MiB (probe)", lambda: dist.all_reduce(t))
+    for src in range(ws):
+        for numel in (1 << 19, 3 * (1 << 18) + 7):
+            xs = [data(seed + src, r, (numel,), torch.float32, "bt") for r in range(ws)]
+            y = xs[me].clone()
+            what = f"broadcast {numel} float32 src={src} after the probe"
+            guard(f, what, lambda: dist.broadcast(y, src=src))
+            check_exact(f, what, y, xs[src])
+    return f
+
+
 def task_all_gather(ctx, seed, dtypes):
     f: list[str] = []
     ws, me = ctx.world_size, ctx.rank
@@ -293,6 +312,11 @@ def task_complex(ctx, seed):
 @pytest.mark.parametrize("ws", WORLD_SIZES)
 def test_broadcast(pools, ws):
     no_failures(pools.get(ws).run(task_broadcast, 31, DTYPES))
+
+
+@pytest.mark.parametrize("ws", WORLD_SIZES)
+def test_broadcast_after_probe(pools, ws):
+    no_failures(pools.get(ws).run(task_broadcast_after_probe, 37, DTYPES))
 
 
 @pytest.mark.parametrize("ws", WORLD_SIZES)

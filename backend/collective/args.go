@@ -19,6 +19,11 @@ type Args struct {
 	In    [][]byte    // inputs; read-only unless an operation says otherwise
 	Out   [][]byte    // outputs
 	Pool  *Pool       // scratch buffers; nil allocates on demand
+	// Local says every peer is on this host, so a "link" is a memory copy
+	// on cores the ranks share. Broadcast then uses a binomial tree of
+	// whole-buffer messages instead of the pipelined chain. It changes
+	// the messages, so every rank must pass the same value.
+	Local bool
 }
 
 // checkComm validates the communicator and, for rooted operations, the root.

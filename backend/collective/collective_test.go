@@ -292,9 +292,9 @@ func TestAllGather(t *testing.T) {
 }
 
 func TestBroadcast(t *testing.T) {
-	for _, direct := range []bool{true, false} {
-		t.Run(algoName(direct), func(t *testing.T) {
-			setTuning(t, direct)
+	for _, algo := range []string{"direct", "chain", "tree"} {
+		t.Run(algo, func(t *testing.T) {
+			setTuning(t, algo == "direct")
 			for _, n := range worlds {
 				for _, numel := range elemCounts {
 					for _, root := range roots(n) {
@@ -312,7 +312,7 @@ func TestBroadcast(t *testing.T) {
 										buf = in
 									}
 								}
-								args[r] = Args{DType: dtype.BFloat16, Root: root, In: [][]byte{in}, Out: [][]byte{buf}}
+								args[r] = Args{DType: dtype.BFloat16, Root: root, In: [][]byte{in}, Out: [][]byte{buf}, Local: algo == "tree"}
 							}
 							w := conntest.NewWorld(n)
 							mustOK(t, w, runOp(t, w, Broadcast, args))
