@@ -239,11 +239,11 @@ ZC_HD ZC_INLINE void crc_init_tables(uint32_t* t, uint32_t* s, const CrcConsts* 
   sync();
 }
 
-// Raw CRC (register from 0) of n bytes at p (shared memory, 4-byte aligned);
-// a whole chunk of 16 or 32 bytes is read with 16-byte vector loads.
-ZC_HD ZC_INLINE uint32_t crc_chunk(const uint32_t* t, const uint8_t* p, int n, int CB) {
+// Raw CRC (register from 0) of one whole chunk of CB bytes at p (shared
+// memory, 16-byte aligned): 16-byte vector loads when CB allows.
+ZC_HD ZC_INLINE uint32_t crc_chunk_full(const uint32_t* t, const uint8_t* p, int CB) {
   uint32_t c = 0;
-  if (n == CB && CB >= 16) {
+  if (CB % 16 == 0) {
     for (int k = 0; k < CB; k += 16) {
       const U4 v = ld16(p + k);
       c = crc_update_word(t, c, v.x);
@@ -253,6 +253,14 @@ ZC_HD ZC_INLINE uint32_t crc_chunk(const uint32_t* t, const uint8_t* p, int n, i
     }
     return c;
   }
+  for (int k = 0; k < CB; k += 4) c = crc_update_word(t, c, *(const uint32_t*)(p + k));
+  return c;
+}
+
+// Raw CRC of the first n bytes of a chunk at p (4-byte aligned); 0 when
+// n <= 0.
+ZC_HD ZC_INLINE uint32_t crc_chunk_part(const uint32_t* t, const uint8_t* p, int n) {
+  uint32_t c = 0;
   int k = 0;
   for (; k + 4 <= n; k += 4) c = crc_update_word(t, c, *(const uint32_t*)(p + k));
   for (; k < n; k++) c = t[(c ^ p[k]) & 0xFFu] ^ (c >> 8);
@@ -269,11 +277,15 @@ struct CrcAcc {
 // Adds this thread's chunk of a tile of tb valid bytes (tile capacity TB,
 // chunk CB = TB/256 bytes) held in shared memory at stage.
 ZC_HD ZC_INLINE void crc_tile(CrcAcc& a, const uint32_t* t, const uint32_t* s, const uint8_t* stage, int tb, int TB) {
-  int CB = TB / kThreads;
-  int c0 = (int)tid() * CB;
-  int len = tb - c0;
-  len = len < 0 ? 0 : (len > CB ? CB : len);
-  uint32_t c = crc_chunk(t, stage + c0, len, CB);
+  const int CB = TB / kThreads;
+  const int c0 = (int)tid() * CB;
+  // Branches on the unclamped remainder. The clamped form (len = min(max(
+  // tb - c0, 0), CB), then len == CB) was miscompiled by ptxas 13.0 and
+  // 13.2 at -O3 for sm_90: fused into one VIMNMX.RELU whose predicate sent
+  // partial chunks down the whole-chunk path (found by tests/test_gpu.py on
+  // an H100; the CPU emulation cannot show it).
+  const int rem = tb - c0;
+  const uint32_t c = rem >= CB ? crc_chunk_full(t, stage + c0, CB) : crc_chunk_part(t, stage + c0, rem);
   if (tb == TB) {
     a.full = crc_apply_map(s, a.full) ^ c;
   } else {
