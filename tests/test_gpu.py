@@ -621,7 +621,21 @@ def _task_streams(rank, ws, dev, f):
         f.append("the future's value is not the result")
 
 
-_TASKS = {"vs_nccl": _task_vs_nccl, "staged": _task_staged, "streams": _task_streams}
+def _task_shared(rank, ws, dev, f):
+    """Ranks on one GPU, nothing forced: NCCL would refuse them ("Duplicate
+    GPU detected"), so the plan stages, and the ops are right."""
+    x = torch.full((1000,), float(rank + 1), device=dev)
+    dist.all_reduce(x)
+    if not bool((x == ws * (ws + 1) / 2).all()):
+        f.append(f"all_reduce on a shared GPU: {x.unique()[:4].tolist()}")
+    y = torch.empty(ws * 10, device=dev)
+    dist.all_gather_into_tensor(y, torch.full((10,), float(rank), device=dev))
+    want = torch.arange(ws, device=dev).repeat_interleave(10).float()
+    if not torch.equal(y, want):
+        f.append("all_gather_into_tensor on a shared GPU: wrong result")
+
+
+_TASKS = {"vs_nccl": _task_vs_nccl, "staged": _task_staged, "streams": _task_streams, "shared": _task_shared}
 
 
 def test_backend_cuda_matches_nccl():
@@ -637,6 +651,15 @@ def test_backend_cuda_stream_semantics():
     _need_gpus(1)
     logs = _run_gpu(1, "streams", need_nccl=True)
     assert STAGED_WARNING not in logs[0], f"CUDA tensors were staged; the NCCL path was expected:\n{logs[0][-3000:]}"
+
+
+def test_backend_cuda_ranks_sharing_a_gpu_stage():
+    _need_gpus(1)
+    if torch.cuda.device_count() > 1:
+        pytest.skip("every rank gets its own GPU here; this needs ranks that share one")
+    logs = _run_gpu(2, "shared", need_nccl=False)
+    for r, log in enumerate(logs):
+        assert STAGED_WARNING in log and "share GPU" in log, f"rank {r} did not stage, or not for sharing:\n{log[-3000:]}"
 
 
 def test_backend_cuda_host_staged():

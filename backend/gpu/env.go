@@ -23,6 +23,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	_ "github.com/zipccl/zipccl/backend/cenv" // before defaultEnv reads ZIPCCL_GPU_PATH
 	"github.com/zipccl/zipccl/backend/topology"
 )
 

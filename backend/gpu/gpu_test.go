@@ -310,6 +310,7 @@ type worldOpts struct {
 	query    func(rank int) QueryFunc
 	timeout  time.Duration
 	onBroken func(rank int, err error)
+	oneGPU   bool // every rank on the same GPU
 }
 
 type world struct {
@@ -348,7 +349,12 @@ func newWorld(t *testing.T, o worldOpts) *world {
 			},
 			probeTopo: func() topology.Topology { return topo },
 			host:      "testhost",
-			identify:  func(int) (string, string, error) { return testUUID(r), "", nil },
+			identify: func(int) (string, string, error) {
+				if o.oneGPU {
+					return testUUID(0), "", nil
+				}
+				return testUUID(r), "", nil
+			},
 		}
 		if o.query != nil {
 			q := o.query(r)
@@ -765,6 +771,60 @@ func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 	wg.Wait()
 	if p01[0].Path != PathNCCL || p01[1].Path != PathNCCL {
 		t.Fatalf("0<->1: %+v", p01)
+	}
+}
+
+// Ranks sharing a GPU cannot form an NCCL communicator ("Duplicate GPU
+// detected"): they stage, and say why.
+func TestRanksSharingAGPUStage(t *testing.T) {
+	w := newWorld(t, worldOpts{n: 2, mode: switcher.Auto, oneGPU: true})
+	plans := make([]Plan, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, g := range w.groups {
+		wg.Add(1)
+		go func(r int, g *Group) {
+			defer wg.Done()
+			plans[r], errs[r] = g.Plan(&Op{Kind: AllGather, DType: dtype.Float32, Timeout: 5 * time.Second, Label: "all_gather"})
+		}(r, g)
+	}
+	wg.Wait()
+	noErrors(t, "plan", errs)
+	for r, p := range plans {
+		if p.Path != PathStaged || !strings.Contains(p.Reason, "ranks 0 and 1 share GPU "+testUUID(0)) {
+			t.Fatalf("rank %d: %+v", r, p)
+		}
+	}
+}
+
+// A communicator that failed to come up makes the group unusable on the
+// ranks that saw it fail, at once, instead of a retry under the same store
+// key (which paired unique ids of different tries and hung until the
+// timeout).
+func TestFailedCommInitIsFinal(t *testing.T) {
+	w := newWorld(t, worldOpts{n: 2, mode: switcher.Never, timeout: 500 * time.Millisecond})
+	w.fw.initErr[0] = errors.New("invalid usage: Duplicate GPU detected")
+	w.fw.initErr[1] = errors.New("invalid usage: Duplicate GPU detected")
+	bufs := [][]byte{make([]byte, 64), make([]byte, 64)}
+	op := func(label string) func(r int) *Op {
+		return func(r int) *Op {
+			b := Buf{Ptr: addr(bufs[r]), Bytes: 64}
+			return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Label: label}
+		}
+	}
+	for r, err := range w.run(op("first")) {
+		if err == nil || !strings.Contains(err.Error(), "creating the NCCL communicator") || !strings.Contains(err.Error(), "Duplicate GPU") {
+			t.Fatalf("rank %d, first op: %v", r, err)
+		}
+	}
+	start := time.Now()
+	for r, err := range w.run(op("second")) {
+		if err == nil || !strings.Contains(err.Error(), "unusable after an earlier failure") || !strings.Contains(err.Error(), "Duplicate GPU") {
+			t.Fatalf("rank %d, second op: %v", r, err)
+		}
+	}
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Fatalf("the second op took %v to fail", d)
 	}
 }
 

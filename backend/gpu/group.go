@@ -381,7 +381,7 @@ func (g *Group) commFor(op *Op, deadline time.Time) (ncclComm, error) {
 		if g.comm == nil {
 			c, err := g.initComm(op, g.key("nccl", "coll"), g.cfg.Size, g.cfg.Rank, deadline)
 			if err != nil {
-				return nil, err
+				return nil, g.initFailed(err)
 			}
 			g.comm = c
 		}
@@ -397,10 +397,19 @@ func (g *Group) commFor(op *Op, deadline time.Time) (ncclComm, error) {
 	}
 	c, err := g.initComm(op, g.key("nccl", "p2p", strconv.Itoa(lo)+"-"+strconv.Itoa(hi)), 2, me, deadline)
 	if err != nil {
-		return nil, err
+		return nil, g.initFailed(err)
 	}
 	g.pairs[op.Root] = c
 	return c, nil
+}
+
+// initFailed makes a failed communicator setup final: a retry would reuse
+// its store key, where the ranks could read unique ids of different tries
+// and wait on each other until the timeout. The group stays unusable, as
+// ProcessGroupNCCL's does after a failed init.
+func (g *Group) initFailed(err error) error {
+	g.breakDevice(err, nil)
+	return err
 }
 
 // peerIndex is op's peer in its communicator.

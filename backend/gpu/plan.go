@@ -80,6 +80,7 @@ type agreement struct {
 	nvlink      bool // all on one host, every pair NVLink-connected
 	nvlinkWhy   string
 	staged      string // forced by a rank
+	shared      string // non-empty: two ranks share a GPU, which NCCL refuses
 }
 
 // agree folds caps. topo and host are this host's view, used for the NVLink
@@ -111,6 +112,21 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	}
 	if len(forced) > 0 {
 		a.staged = "forced by " + strings.Join(forced, ", ")
+	}
+	// NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so
+	// processes that share one (tests, or oversubscribed jobs) stage.
+	owner := map[string]int{}
+	for _, c := range caps {
+		if c.Peer.UUID == "" {
+			continue
+		}
+		if r, ok := owner[c.Peer.UUID]; ok {
+			if a.shared == "" {
+				a.shared = fmt.Sprintf("ranks %d and %d share GPU %s (NCCL needs one GPU per rank)", r, c.Rank, c.Peer.UUID)
+			}
+			continue
+		}
+		owner[c.Peer.UUID] = c.Rank
 	}
 	peers := make([]topology.Peer, len(caps))
 	for i, c := range caps {
@@ -229,6 +245,8 @@ func decide(op *Op, a agreement, mode switcher.Mode) Plan {
 		return Plan{Refuse: "receiving CUDA tensors from any source is not supported (NCCL has no any-source receive); name the source rank"}
 	case a.staged != "":
 		return staged(a.staged)
+	case a.shared != "":
+		return staged(a.shared)
 	case !a.nccl:
 		return staged(a.ncclWhy)
 	}
