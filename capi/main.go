@@ -24,6 +24,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/zipccl/zipccl/backend/cenv"
 	"github.com/zipccl/zipccl/backend/comm"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/reduce"
@@ -93,6 +94,7 @@ func zc_comm_create(cfg *C.zc_comm_config, errBuf *C.char, errLen C.int32_t) (h 
 		writeErr(errBuf, errLen, err.Error())
 		return 0
 	}
+	cenv.Sync() // variables set since the engine was loaded
 	name := ""
 	if cfg.group_name != nil {
 		name = C.GoString(cfg.group_name)
@@ -284,6 +286,7 @@ func zc_poll(timeoutMs C.int64_t, out *C.zc_completion) (got C.int32_t) {
 //export zc_info
 func zc_info(buf *C.char, capacity C.int32_t) (n C.int32_t) {
 	defer guard(nil, buf, capacity)
+	cenv.Sync()
 	js, err := json.Marshal(sysinfo.Probe(version, os.Getenv("ZIPCCL_NCCL_LIB")))
 	if err != nil {
 		return -1

@@ -92,6 +92,23 @@ def test_info_reports_the_engine():
         assert key in out
 
 
+def test_environment_set_in_python_reaches_the_engine():
+    # The Go runtime of a c-shared library copies the environment it was
+    # loaded with; variables a script sets through os.environ (before
+    # loading zipccl, and after) must still reach the engine.
+    out = run_python(
+        """
+        import json, os
+        os.environ["ZIPCCL_CUDA_LIB"] = "/nonexistent/zipccl-env-first.so"
+        import zipccl
+        print(json.dumps(zipccl.info()["cuda_kernels"]["path"]))
+        os.environ["ZIPCCL_CUDA_LIB"] = "/nonexistent/zipccl-env-later.so"
+        print(json.dumps(zipccl.info()["cuda_kernels"]["path"]))
+        """
+    )
+    assert out.split() == ['"/nonexistent/zipccl-env-first.so"', '"/nonexistent/zipccl-env-later.so"'], out
+
+
 def test_collectives_futures_and_errors():
     run_python(
         """

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	_ "github.com/zipccl/zipccl/backend/cenv" // before init reads ZIPCCL_DEBUG and RANK
 )
 
 // Level orders verbosity; a message is printed when its level <= the
