@@ -24,7 +24,11 @@ type compression struct {
 	mode    switcher.Mode
 	th      switcher.Defaults
 	profile switcher.Profile
-	ratios  map[dtype.DType][3]float64 // by dtype, by codec kind
+	// local: every link of the group stays inside one network namespace
+	// (measured with the profile; false before). The switcher sees it as
+	// profile.NoCompress; the algorithms pick local variants with it.
+	local  bool
+	ratios map[dtype.DType][3]float64 // by dtype, by codec kind
 }
 
 // configureCompression reads the group option "compress" (or the
@@ -262,13 +266,14 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 	for i := range vals {
 		vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(rec[8*i:]))
 	}
-	p := switcher.Profile{Measured: true, Alpha: vals[0], Beta: vals[1], NoCompress: vals[6] == 0}
+	local := vals[6] == 0
+	p := switcher.Profile{Measured: true, Alpha: vals[0], Beta: vals[1], NoCompress: local}
 	p.Enc[codec.Zip3], p.Dec[codec.Zip3] = -vals[2], -vals[3]
 	p.Enc[codec.Huff], p.Dec[codec.Huff] = -vals[4], -vals[5]
-	c.z.profile = p
+	c.z.profile, c.z.local = p, local
 	c.publish()
 	where := "links between network namespaces or hosts"
-	if p.NoCompress {
+	if local {
 		where = "every link inside one network namespace: compression off under auto"
 	}
 	c.log.Infof("link profile: latency %.0fus, %.2f GB/s on the slowest link; codec zip3 %.2f/%.2f GB/s, huff %.2f/%.2f GB/s (encode/decode, slowest rank); %s",

@@ -194,7 +194,8 @@ func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 		require.Equal(t, r.comms[0].z.profile, c.z.profile)
 		require.Equal(t, r.comms[0].z.ratios, c.z.ratios)
 	}
-	require.True(t, r.comms[0].z.profile.NoCompress, "loopback links are local")
+	require.True(t, r.comms[0].z.profile.NoCompress, "loopback links are not coded")
+	require.True(t, r.comms[0].z.local, "loopback links are local")
 	st := opStats(t, r.comms[0])["all_gather"]
 	require.Equal(t, int64(2), st.Count)
 	require.Equal(t, map[string]int64{"raw": 2}, st.Choices)

@@ -222,11 +222,10 @@ func runLocal(op *Op) error {
 // on the final values) and PREMUL_SUM (scale a private copy of the input,
 // then sum) so the algorithms only see plain reductions.
 func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) error {
-	// Local comes from the group's agreed link profile, so all ranks see
+	// Local is measured and folded with the link profile, so all ranks see
 	// the same value (before the group has measured itself: false).
-	p := c.z.profile
 	a := collective.Args{DType: op.DType, Op: op.ReduceOp, Root: op.Root, In: op.In, Out: op.Out, Pool: c.pool,
-		Local: p.Measured && p.NoCompress}
+		Local: c.z.local}
 	switch op.ReduceOp {
 	case reduce.Avg:
 		a.Op = reduce.Sum
