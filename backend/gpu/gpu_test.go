@@ -411,6 +411,25 @@ func (w *world) run(mk func(rank int) *Op) []error {
 	return errs
 }
 
+// planAll plans mk()'s op on every rank at once (the agreement needs them
+// all) and fails the test on any error.
+func (w *world) planAll(mk func() *Op) []Plan {
+	w.t.Helper()
+	plans := make([]Plan, len(w.groups))
+	errs := make([]error, len(w.groups))
+	var wg sync.WaitGroup
+	for r, g := range w.groups {
+		wg.Add(1)
+		go func(r int, g *Group) {
+			defer wg.Done()
+			plans[r], errs[r] = g.Plan(mk())
+		}(r, g)
+	}
+	wg.Wait()
+	noErrors(w.t, "plan", errs)
+	return plans
+}
+
 func noErrors(t *testing.T, what string, errs []error) {
 	t.Helper()
 	for r, err := range errs {
@@ -737,18 +756,9 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 
 func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 	w := newWorld(t, worldOpts{n: 3, mode: switcher.Auto, noNCCL: map[int]bool{2: true}})
-	plans := make([]Plan, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r, g := range w.groups {
-		wg.Add(1)
-		go func(r int, g *Group) {
-			defer wg.Done()
-			plans[r], errs[r] = g.Plan(&Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: 5 * time.Second, Label: "all_reduce"})
-		}(r, g)
-	}
-	wg.Wait()
-	noErrors(t, "plan", errs)
+	plans := w.planAll(func() *Op {
+		return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: 5 * time.Second, Label: "all_reduce"}
+	})
 	for r, p := range plans {
 		if p.Path != PathStaged || !strings.Contains(p.Reason, "rank 2") || !strings.Contains(p.Reason, "/nowhere/libnccl.so.2") {
 			t.Fatalf("rank %d: %+v", r, p)
@@ -761,6 +771,8 @@ func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 	}
 	// Point-to-point between two capable ranks goes through NCCL.
 	var p01 [2]Plan
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
 	for r := 0; r < 2; r++ {
 		wg.Add(1)
 		go func(r int) {
@@ -769,6 +781,7 @@ func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 		}(r)
 	}
 	wg.Wait()
+	noErrors(t, "plan 0<->1", errs)
 	if p01[0].Path != PathNCCL || p01[1].Path != PathNCCL {
 		t.Fatalf("0<->1: %+v", p01)
 	}
@@ -778,18 +791,9 @@ func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 // detected"): they stage, and say why.
 func TestRanksSharingAGPUStage(t *testing.T) {
 	w := newWorld(t, worldOpts{n: 2, mode: switcher.Auto, oneGPU: true})
-	plans := make([]Plan, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r, g := range w.groups {
-		wg.Add(1)
-		go func(r int, g *Group) {
-			defer wg.Done()
-			plans[r], errs[r] = g.Plan(&Op{Kind: AllGather, DType: dtype.Float32, Timeout: 5 * time.Second, Label: "all_gather"})
-		}(r, g)
-	}
-	wg.Wait()
-	noErrors(t, "plan", errs)
+	plans := w.planAll(func() *Op {
+		return &Op{Kind: AllGather, DType: dtype.Float32, Timeout: 5 * time.Second, Label: "all_gather"}
+	})
 	for r, p := range plans {
 		if p.Path != PathStaged || !strings.Contains(p.Reason, "ranks 0 and 1 share GPU "+testUUID(0)) {
 			t.Fatalf("rank %d: %+v", r, p)
