@@ -80,30 +80,10 @@ ZC_HD ZC_INLINE int align_of(const void* p) {
   return 1;
 }
 
-// Copies 16 bytes from global src to shared dst (16-aligned) with the widest
-// accesses src's alignment allows.
-ZC_HD ZC_INLINE void g2s16(uint8_t* dst, const uint8_t* src, int a) {
-  if (a == 16) {
-    st16(dst, ld16(src));
-  } else if (a == 8) {
-    const uint64_t* s = (const uint64_t*)src;
-    uint64_t* d = (uint64_t*)dst;
-    d[0] = s[0];
-    d[1] = s[1];
-  } else if (a == 4) {
-    const uint32_t* s = (const uint32_t*)src;
-    uint32_t* d = (uint32_t*)dst;
-    for (int k = 0; k < 4; k++) d[k] = s[k];
-  } else if (a == 2) {
-    const uint16_t* s = (const uint16_t*)src;
-    uint16_t* d = (uint16_t*)dst;
-    for (int k = 0; k < 8; k++) d[k] = s[k];
-  } else {
-    for (int k = 0; k < 16; k++) dst[k] = src[k];
-  }
-}
-
-ZC_HD ZC_INLINE void s2g16(uint8_t* dst, const uint8_t* src, int a) {
+// Copies 16 bytes between global and shared memory with the widest
+// accesses the global side's alignment a allows (the shared side is
+// 16-byte aligned).
+ZC_HD ZC_INLINE void copy16(uint8_t* dst, const uint8_t* src, int a) {
   if (a == 16) {
     st16(dst, ld16(src));
   } else if (a == 8) {
@@ -131,7 +111,7 @@ ZC_HD ZC_INLINE void cta_load(uint8_t* dst, const uint8_t* src, int64_t nbytes, 
   int a = align_of(src);
   for (int i = (int)tid() * 16; i < cap; i += kThreads * 16) {
     if (i + 16 <= nbytes) {
-      g2s16(dst + i, src + i, a);
+      copy16(dst + i, src + i, a);
     } else {
       for (int k = 0; k < 16; k++) dst[i + k] = (i + k < nbytes) ? src[i + k] : 0;
     }
@@ -143,7 +123,7 @@ ZC_HD ZC_INLINE void cta_store(uint8_t* dst, const uint8_t* src, int64_t nbytes)
   int a = align_of(dst);
   for (int64_t i = (int64_t)tid() * 16; i < nbytes; i += kThreads * 16) {
     if (i + 16 <= nbytes) {
-      s2g16(dst + i, src + i, a);
+      copy16(dst + i, src + i, a);
     } else {
       for (int64_t k = i; k < nbytes; k++) dst[k] = src[k];
     }
@@ -184,7 +164,7 @@ ZC_HD ZC_INLINE uint32_t ld32g(const uint8_t* p) {
 // `limit` bytes.
 ZC_HD ZC_INLINE void s2g16_clip(uint8_t* dst, const uint8_t* src, int64_t limit) {
   if (limit >= 16) {
-    s2g16(dst, src, align_of(dst));
+    copy16(dst, src, align_of(dst));
   } else {
     for (int64_t k = 0; k < limit; k++) dst[k] = src[k];
   }
@@ -556,11 +536,11 @@ ZC_UNROLL
       const int64_t e0 = (int64_t)t * kTile + eb;  // block element index
       if (F.r8 && ln < 16) {
         const int64_t off = e0 + 16 * ln;
-        if (off < L.np) s2g16(rec + L.r8 + off, sm.r8s + eb + 16 * ln, align_of(rec + L.r8 + off));
+        if (off < L.np) copy16(rec + L.r8 + off, sm.r8s + eb + 16 * ln, align_of(rec + L.r8 + off));
       }
       if (F.r16) {
         const int64_t off = e0 + 8 * ln;
-        if (off < L.np) s2g16(rec + L.r16 + 2 * off, sm.r16s + 2 * eb + 16 * ln, align_of(rec + L.r16 + 2 * off));
+        if (off < L.np) copy16(rec + L.r16 + 2 * off, sm.r16s + 2 * eb + 16 * ln, align_of(rec + L.r16 + 2 * off));
       }
       if (ln < 8) {
         const int64_t g = e0 / 32 + ln;
