@@ -18,6 +18,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/comm"
 	"github.com/zipccl/zipccl/backend/gpu"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/sysinfo"
 )
 
@@ -80,7 +81,7 @@ func deviceOf(op *C.zc_op) *comm.DeviceOp {
 func opOf(op *C.zc_op) *comm.Op {
 	o := &comm.Op{
 		Ticket:  uint64(op.ticket),
-		Kind:    comm.Kind(op.kind),
+		Kind:    opkind.Kind(op.kind),
 		Root:    int(op.root),
 		Tag:     int64(op.tag),
 		Timeout: int64(op.timeout_ms),

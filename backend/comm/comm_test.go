@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/transport"
@@ -130,7 +131,7 @@ func TestAllReduceSumAndAvg(t *testing.T) {
 						vals[i] = float32(rank*7 + i%13)
 					}
 					bufs[rank] = f32s(vals...)
-					return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+					return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
 				})
 				for rank, x := range res {
 					require.NoError(t, x.err, "rank %d", rank)
@@ -149,7 +150,7 @@ func TestAllReduceSumAndAvg(t *testing.T) {
 			bufs := make([][]byte, n)
 			res := r.everyRank(func(rank int) *Op {
 				bufs[rank] = f32s(float32(rank), 1)
-				return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Avg, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Avg, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
 			})
 			for rank, x := range res {
 				require.NoError(t, x.err)
@@ -168,7 +169,7 @@ func TestPreMulSumKeepsInput(t *testing.T) {
 	res := r.everyRank(func(rank int) *Op {
 		ins[rank] = [][]byte{f32s(1, 2), f32s(3, 4), f32s(5, 6)}
 		outs[rank] = make([]byte, 8)
-		return &Op{Kind: ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.PreMulSum, PreMul: 0.5, In: ins[rank], Out: [][]byte{outs[rank]}}
+		return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.PreMulSum, PreMul: 0.5, In: ins[rank], Out: [][]byte{outs[rank]}}
 	})
 	for rank, x := range res {
 		require.NoError(t, x.err)
@@ -181,13 +182,13 @@ func TestPreMulSumKeepsInput(t *testing.T) {
 func TestBarrierAndRootedOps(t *testing.T) {
 	const n = 4
 	r := newRig(t, n, 20*time.Second)
-	for _, x := range r.everyRank(func(int) *Op { return &Op{Kind: Barrier} }) {
+	for _, x := range r.everyRank(func(int) *Op { return &Op{Kind: opkind.Barrier} }) {
 		require.NoError(t, x.err)
 	}
 	bufs := make([][]byte, n)
 	res := r.everyRank(func(rank int) *Op {
 		bufs[rank] = f32s(float32(rank), float32(rank))
-		return &Op{Kind: Broadcast, DType: dtype.Float32, Root: 2, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+		return &Op{Kind: opkind.Broadcast, DType: dtype.Float32, Root: 2, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
 	})
 	for rank, x := range res {
 		require.NoError(t, x.err)
@@ -195,7 +196,7 @@ func TestBarrierAndRootedOps(t *testing.T) {
 	}
 	outs := make([][][]byte, n)
 	res = r.everyRank(func(rank int) *Op {
-		op := &Op{Kind: Gather, DType: dtype.Float32, Root: 1, In: [][]byte{f32s(float32(rank))}}
+		op := &Op{Kind: opkind.Gather, DType: dtype.Float32, Root: 1, In: [][]byte{f32s(float32(rank))}}
 		if rank == 1 {
 			outs[rank] = [][]byte{make([]byte, 4), make([]byte, 4), make([]byte, 4), make([]byte, 4)}
 			op.Out = outs[rank]
@@ -216,7 +217,7 @@ func TestAllToAllUneven(t *testing.T) {
 	outs := make([][][]byte, n)
 	// rank i sends i+j+1 floats to rank j, each equal to 10*i+j.
 	res := r.everyRank(func(i int) *Op {
-		op := &Op{Kind: AllToAll, DType: dtype.Float32}
+		op := &Op{Kind: opkind.AllToAll, DType: dtype.Float32}
 		for j := 0; j < n; j++ {
 			vals := make([]float32, i+j+1)
 			for k := range vals {
@@ -259,7 +260,7 @@ func TestMismatchFailsEveryRankAndGroupStaysUsable(t *testing.T) {
 			count = 512
 		}
 		b := make([]byte, 4*count)
-		return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
 	})
 	requireAllFail(t, res, CodeMismatch, "1024 elements", "512 elements", "rank 2")
 
@@ -267,9 +268,9 @@ func TestMismatchFailsEveryRankAndGroupStaysUsable(t *testing.T) {
 	res = r.everyRank(func(rank int) *Op {
 		b := make([]byte, 64)
 		if rank == 1 {
-			return &Op{Kind: Gather, DType: dtype.Float32, Root: 1, In: [][]byte{b}, Out: [][]byte{make([]byte, 64), make([]byte, 64), make([]byte, 64), make([]byte, 64)}}
+			return &Op{Kind: opkind.Gather, DType: dtype.Float32, Root: 1, In: [][]byte{b}, Out: [][]byte{make([]byte, 64), make([]byte, 64), make([]byte, 64), make([]byte, 64)}}
 		}
-		return &Op{Kind: Broadcast, DType: dtype.Float32, Root: 0, In: [][]byte{b}, Out: [][]byte{b}}
+		return &Op{Kind: opkind.Broadcast, DType: dtype.Float32, Root: 0, In: [][]byte{b}, Out: [][]byte{b}}
 	})
 	requireAllFail(t, res, CodeMismatch, "gather", "broadcast")
 
@@ -280,7 +281,7 @@ func TestMismatchFailsEveryRankAndGroupStaysUsable(t *testing.T) {
 			dt = dtype.Int32
 		}
 		b := make([]byte, 64)
-		return &Op{Kind: AllReduce, DType: dt, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
+		return &Op{Kind: opkind.AllReduce, DType: dt, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
 	})
 	requireAllFail(t, res, CodeMismatch, "int32", "float32")
 
@@ -288,7 +289,7 @@ func TestMismatchFailsEveryRankAndGroupStaysUsable(t *testing.T) {
 	bufs := make([][]byte, n)
 	res = r.everyRank(func(rank int) *Op {
 		bufs[rank] = f32s(1, 2, 3)
-		return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
 	})
 	for rank, x := range res {
 		require.NoError(t, x.err)
@@ -303,12 +304,12 @@ func TestInvalidOpsAreRejectedBeforeSending(t *testing.T) {
 		op   *Op
 		want string
 	}{
-		{&Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.BAnd, In: [][]byte{b}, Out: [][]byte{b}}, "BAND"},
-		{&Op{Kind: AllReduce, DType: dtype.Bool, ReduceOp: reduce.Avg, In: [][]byte{b}, Out: [][]byte{b}}, "AVG"},
-		{&Op{Kind: AllReduce, DType: dtype.DType(99), ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}, "dtype"},
-		{&Op{Kind: Broadcast, DType: dtype.Float32, Root: 5, In: [][]byte{b}, Out: [][]byte{b}}, "root rank 5"},
-		{&Op{Kind: Send, DType: dtype.Float32, Root: 0, In: [][]byte{b}}, "invalid destination"},
-		{&Op{Kind: ReduceScatter, DType: dtype.Float32, In: [][]byte{b}, Out: [][]byte{b}}, "expected 2 input"},
+		{&Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.BAnd, In: [][]byte{b}, Out: [][]byte{b}}, "BAND"},
+		{&Op{Kind: opkind.AllReduce, DType: dtype.Bool, ReduceOp: reduce.Avg, In: [][]byte{b}, Out: [][]byte{b}}, "AVG"},
+		{&Op{Kind: opkind.AllReduce, DType: dtype.DType(99), ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}, "dtype"},
+		{&Op{Kind: opkind.Broadcast, DType: dtype.Float32, Root: 5, In: [][]byte{b}, Out: [][]byte{b}}, "root rank 5"},
+		{&Op{Kind: opkind.Send, DType: dtype.Float32, Root: 0, In: [][]byte{b}}, "invalid destination"},
+		{&Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, In: [][]byte{b}, Out: [][]byte{b}}, "expected 2 input"},
 	}
 	for _, c := range cases {
 		err := r.comms[0].Submit(c.op)
@@ -324,12 +325,12 @@ func TestSendRecvTagsOrderAndAnySource(t *testing.T) {
 	// Two messages with the same tag arrive in order; another tag is
 	// matched independently.
 	a, b, c := make([]byte, 4), make([]byte, 4), make([]byte, 4)
-	ra := r.submit(0, &Op{Kind: Recv, DType: dtype.Float32, Root: 2, Tag: 5, Out: [][]byte{a}})
-	rb := r.submit(0, &Op{Kind: Recv, DType: dtype.Float32, Root: 2, Tag: 5, Out: [][]byte{b}})
-	rc := r.submit(0, &Op{Kind: Recv, DType: dtype.Float32, Root: 2, Tag: 6, Out: [][]byte{c}})
-	s3 := r.submit(2, &Op{Kind: Send, DType: dtype.Float32, Root: 0, Tag: 6, In: [][]byte{f32s(3)}})
-	s1 := r.submit(2, &Op{Kind: Send, DType: dtype.Float32, Root: 0, Tag: 5, In: [][]byte{f32s(1)}})
-	s2 := r.submit(2, &Op{Kind: Send, DType: dtype.Float32, Root: 0, Tag: 5, In: [][]byte{f32s(2)}})
+	ra := r.submit(0, &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: 2, Tag: 5, Out: [][]byte{a}})
+	rb := r.submit(0, &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: 2, Tag: 5, Out: [][]byte{b}})
+	rc := r.submit(0, &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: 2, Tag: 6, Out: [][]byte{c}})
+	s3 := r.submit(2, &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 0, Tag: 6, In: [][]byte{f32s(3)}})
+	s1 := r.submit(2, &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 0, Tag: 5, In: [][]byte{f32s(1)}})
+	s2 := r.submit(2, &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 0, Tag: 5, In: [][]byte{f32s(2)}})
 	for _, ch := range []chan result{ra, rb, rc, s1, s2, s3} {
 		require.NoError(t, wait(t, ch).err)
 	}
@@ -339,8 +340,8 @@ func TestSendRecvTagsOrderAndAnySource(t *testing.T) {
 
 	// Any source: rank 1 (higher than nobody here... rank 2 receives from rank 0, a lower rank).
 	d := make([]byte, 4)
-	rd := r.submit(2, &Op{Kind: Recv, DType: dtype.Float32, Root: -1, Tag: 1, Out: [][]byte{d}})
-	require.NoError(t, wait(t, r.submit(0, &Op{Kind: Send, DType: dtype.Float32, Root: 2, Tag: 1, In: [][]byte{f32s(9)}})).err)
+	rd := r.submit(2, &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: -1, Tag: 1, Out: [][]byte{d}})
+	require.NoError(t, wait(t, r.submit(0, &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 2, Tag: 1, In: [][]byte{f32s(9)}})).err)
 	res := wait(t, rd)
 	require.NoError(t, res.err)
 	require.Equal(t, 0, res.src)
@@ -348,8 +349,8 @@ func TestSendRecvTagsOrderAndAnySource(t *testing.T) {
 
 	// A receive buffer of the wrong size is an error naming both sizes.
 	e := make([]byte, 8)
-	re := r.submit(1, &Op{Kind: Recv, DType: dtype.Float32, Root: 0, Tag: 2, Out: [][]byte{e}})
-	require.NoError(t, wait(t, r.submit(0, &Op{Kind: Send, DType: dtype.Float32, Root: 1, Tag: 2, In: [][]byte{f32s(1)}})).err)
+	re := r.submit(1, &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: 0, Tag: 2, Out: [][]byte{e}})
+	require.NoError(t, wait(t, r.submit(0, &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 1, Tag: 2, In: [][]byte{f32s(1)}})).err)
 	err := wait(t, re).err
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "4 bytes")
@@ -363,7 +364,7 @@ func TestTimeoutNamesOpAndBreaksGroup(t *testing.T) {
 	chans := make([]chan result, 2)
 	for rank := 0; rank < 2; rank++ {
 		b := make([]byte, 16)
-		chans[rank] = r.submit(rank, &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: 300, In: [][]byte{b}, Out: [][]byte{b}})
+		chans[rank] = r.submit(rank, &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: 300, In: [][]byte{b}, Out: [][]byte{b}})
 	}
 	start := time.Now()
 	for rank, ch := range chans {
@@ -377,7 +378,7 @@ func TestTimeoutNamesOpAndBreaksGroup(t *testing.T) {
 	}
 	require.Less(t, time.Since(start), 10*time.Second)
 	b := make([]byte, 16)
-	err := r.comms[0].Submit(&Op{Ticket: 999, Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}})
+	err := r.comms[0].Submit(&Op{Ticket: 999, Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}})
 	require.Error(t, err)
 	require.Equal(t, CodeComm, CodeOf(err))
 }
@@ -389,7 +390,7 @@ func TestPeerCrashFailsSurvivorsPromptly(t *testing.T) {
 	bufs := make([][]byte, n)
 	for _, x := range r.everyRank(func(rank int) *Op {
 		bufs[rank] = make([]byte, 1<<20)
-		return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
 	}) {
 		require.NoError(t, x.err)
 	}
@@ -397,7 +398,7 @@ func TestPeerCrashFailsSurvivorsPromptly(t *testing.T) {
 	// close without a goodbye.
 	chans := map[int]chan result{}
 	for _, rank := range []int{0, 1, 3} {
-		chans[rank] = r.submit(rank, &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}})
+		chans[rank] = r.submit(rank, &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}})
 	}
 	time.Sleep(50 * time.Millisecond)
 	r.comms[2].mesh.Abort(fmt.Errorf("simulated crash"))
@@ -411,7 +412,7 @@ func TestPeerCrashFailsSurvivorsPromptly(t *testing.T) {
 	require.Less(t, time.Since(start), 10*time.Second, "survivors must not wait for the 60s timeout")
 	// Later ops fail at once.
 	b := make([]byte, 4)
-	err := r.comms[0].Submit(&Op{Ticket: 1000, Kind: Barrier})
+	err := r.comms[0].Submit(&Op{Ticket: 1000, Kind: opkind.Barrier})
 	_ = b
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "rank 2")
@@ -423,7 +424,7 @@ func TestAllToAllInconsistentSplitsFailEveryRank(t *testing.T) {
 	const n = 3
 	r := newRig(t, n, 20*time.Second)
 	res := r.everyRank(func(i int) *Op {
-		op := &Op{Kind: AllToAll, DType: dtype.Float32}
+		op := &Op{Kind: opkind.AllToAll, DType: dtype.Float32}
 		for j := 0; j < n; j++ {
 			send, recv := 2, 2
 			if i == 1 && j == 0 {
@@ -440,7 +441,7 @@ func TestAllToAllInconsistentSplitsFailEveryRank(t *testing.T) {
 		require.Equal(t, CodeMismatch, CodeOf(x.err), "rank %d", i)
 	}
 	// The group is still usable.
-	for _, x := range r.everyRank(func(int) *Op { return &Op{Kind: Barrier} }) {
+	for _, x := range r.everyRank(func(int) *Op { return &Op{Kind: opkind.Barrier} }) {
 		require.NoError(t, x.err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
 )
@@ -72,17 +73,17 @@ func (c *Comm) publish() {
 
 // switcherOp maps an op kind to the switcher's collectives; ok is false
 // for ops that are never coded.
-func switcherOp(k Kind) (switcher.Op, bool) {
+func switcherOp(k opkind.Kind) (switcher.Op, bool) {
 	switch k {
-	case AllReduce:
+	case opkind.AllReduce:
 		return switcher.AllReduce, true
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		return switcher.ReduceScatter, true
-	case AllGather:
+	case opkind.AllGather:
 		return switcher.AllGather, true
-	case AllToAll:
+	case opkind.AllToAll:
 		return switcher.AllToAll, true
-	case Broadcast:
+	case opkind.Broadcast:
 		return switcher.Broadcast, true
 	}
 	return 0, false
@@ -91,9 +92,9 @@ func switcherOp(k Kind) (switcher.Op, bool) {
 // payload is the op's size as the switcher counts it.
 func payload(op *Op) int {
 	switch op.Kind {
-	case AllGather:
+	case opkind.AllGather:
 		return int(byteLen(op.Out))
-	case ReduceScatter, AllToAll:
+	case opkind.ReduceScatter, opkind.AllToAll:
 		return int(byteLen(op.In))
 	}
 	if len(op.In) > 0 {

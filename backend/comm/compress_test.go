@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -55,7 +56,7 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 		bufs := make([][]byte, n)
 		for _, x := range r.everyRank(func(rank int) *Op {
 			bufs[rank] = gaussBF16(uint64(rank), numel)
-			return &Op{Kind: AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+			return &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
 		}) {
 			require.NoError(t, x.err)
 		}
@@ -63,7 +64,7 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 		ag := make([][][]byte, n)
 		for _, x := range r.everyRank(func(rank int) *Op {
 			ag[rank] = [][]byte{make([]byte, 2*numel), make([]byte, 2*numel), make([]byte, 2*numel)}
-			return &Op{Kind: AllGather, DType: dtype.BFloat16, In: [][]byte{gaussBF16(uint64(10+rank), numel)}, Out: ag[rank]}
+			return &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, In: [][]byte{gaussBF16(uint64(10+rank), numel)}, Out: ag[rank]}
 		}) {
 			require.NoError(t, x.err)
 		}
@@ -76,14 +77,14 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 		for _, x := range r.everyRank(func(rank int) *Op {
 			rs[rank] = make([]byte, 2*numel)
 			in := [][]byte{gaussBF16(uint64(20+rank), numel), gaussBF16(uint64(30+rank), numel), gaussBF16(uint64(40+rank), numel)}
-			return &Op{Kind: ReduceScatter, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: in, Out: [][]byte{rs[rank]}}
+			return &Op{Kind: opkind.ReduceScatter, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: in, Out: [][]byte{rs[rank]}}
 		}) {
 			require.NoError(t, x.err)
 		}
 		outs = append(outs, rs...)
 		a2a := make([][][]byte, n)
 		for _, x := range r.everyRank(func(rank int) *Op {
-			op := &Op{Kind: AllToAll, DType: dtype.BFloat16}
+			op := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16}
 			for j := range n {
 				op.In = append(op.In, gaussBF16(uint64(100*rank+j), numel))
 				op.Out = append(op.Out, make([]byte, 2*numel))
@@ -104,7 +105,7 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 			if rank == 1 {
 				copy(bc[rank], gaussBF16(99, numel))
 			}
-			return &Op{Kind: Broadcast, DType: dtype.BFloat16, Root: 1, In: [][]byte{bc[rank]}, Out: [][]byte{bc[rank]}}
+			return &Op{Kind: opkind.Broadcast, DType: dtype.BFloat16, Root: 1, In: [][]byte{bc[rank]}, Out: [][]byte{bc[rank]}}
 		}) {
 			require.NoError(t, x.err)
 		}
@@ -113,8 +114,8 @@ func TestCodedCollectivesMatchUncoded(t *testing.T) {
 		}
 		// point to point: rank 0 -> rank 2
 		dst := make([]byte, 2*numel)
-		rc := r.submit(2, &Op{Kind: Recv, DType: dtype.BFloat16, Root: 0, Tag: 4, Out: [][]byte{dst}})
-		require.NoError(t, wait(t, r.submit(0, &Op{Kind: Send, DType: dtype.BFloat16, Root: 2, Tag: 4, In: [][]byte{gaussBF16(5, numel)}})).err)
+		rc := r.submit(2, &Op{Kind: opkind.Recv, DType: dtype.BFloat16, Root: 0, Tag: 4, Out: [][]byte{dst}})
+		require.NoError(t, wait(t, r.submit(0, &Op{Kind: opkind.Send, DType: dtype.BFloat16, Root: 2, Tag: 4, In: [][]byte{gaussBF16(5, numel)}})).err)
 		require.NoError(t, wait(t, rc).err)
 		require.Equal(t, gaussBF16(5, numel), dst, "%s send/recv", mode)
 
@@ -169,7 +170,7 @@ func TestCompressionModeMismatch(t *testing.T) {
 	})
 	res := r.everyRank(func(rank int) *Op {
 		b := gaussBF16(1, 1<<20)
-		return &Op{Kind: AllGather, DType: dtype.BFloat16, In: [][]byte{b}, Out: [][]byte{make([]byte, len(b)), make([]byte, len(b))}}
+		return &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, In: [][]byte{b}, Out: [][]byte{make([]byte, len(b)), make([]byte, len(b))}}
 	})
 	requireAllFail(t, res, CodeMismatch, "compress=never")
 }
@@ -181,7 +182,7 @@ func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		for _, x := range r.everyRank(func(rank int) *Op {
 			b := gaussBF16(uint64(rank), 1<<20)
-			return &Op{Kind: AllGather, DType: dtype.BFloat16, In: [][]byte{b}, Out: [][]byte{make([]byte, len(b)), make([]byte, len(b))}}
+			return &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, In: [][]byte{b}, Out: [][]byte{make([]byte, len(b)), make([]byte, len(b))}}
 		}) {
 			require.NoError(t, x.err)
 		}

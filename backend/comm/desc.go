@@ -7,6 +7,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
@@ -28,7 +29,7 @@ import (
 const noReduce = 0xff
 
 type descFields struct {
-	kind   Kind
+	kind   opkind.Kind
 	dt     dtype.DType
 	redop  uint8
 	flags  uint8
@@ -51,7 +52,7 @@ func (f descFields) encode() transport.Desc {
 
 func decodeDesc(d transport.Desc) descFields {
 	return descFields{
-		kind:   Kind(d[0]),
+		kind:   opkind.Kind(d[0]),
 		dt:     dtype.DType(d[1]),
 		redop:  d[2],
 		flags:  d[3],
@@ -64,7 +65,7 @@ func decodeDesc(d transport.Desc) descFields {
 // String renders a descriptor for error messages, e.g.
 // "all_reduce(float32, 1024 elements, SUM)".
 func (f descFields) String() string {
-	if f.kind == Barrier {
+	if f.kind == opkind.Barrier {
 		return "barrier()"
 	}
 	s := fmt.Sprintf("%s(%s", f.kind, f.dt)
@@ -127,31 +128,31 @@ func describe(op *Op, rank int) descFields {
 		f.redop = uint8(op.ReduceOp)
 	}
 	switch op.Kind {
-	case AllReduce:
+	case opkind.AllReduce:
 		f.count = uint64(op.numel(op.In[0]))
-	case Broadcast:
+	case opkind.Broadcast:
 		f.root = int32(op.Root)
 		f.count = uint64(op.numel(op.In[0]))
-	case Reduce:
+	case opkind.Reduce:
 		f.root = int32(op.Root)
 		f.count = uint64(op.numel(op.In[0]))
-	case AllGather:
+	case opkind.AllGather:
 		f.layout = sizesHash(op, op.Out)
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		f.layout = sizesHash(op, op.In)
-	case Gather:
+	case opkind.Gather:
 		f.root = int32(op.Root)
 		f.count = uint64(op.numel(op.In[0]))
-	case Scatter:
+	case opkind.Scatter:
 		f.root = int32(op.Root)
 		f.count = uint64(op.numel(op.Out[0]))
-	case Send, Recv:
+	case opkind.Send, opkind.Recv:
 		// Both ends of a message must agree on the dtype; the length is
 		// checked against the receive buffer.
-		f.kind = Send
-	case AllToAll, Barrier:
+		f.kind = opkind.Send
+	case opkind.AllToAll, opkind.Barrier:
 	}
-	if op.Kind == Barrier {
+	if op.Kind == opkind.Barrier {
 		f.dt = 0
 	}
 	return f

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/gpu"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 )
 
@@ -64,7 +65,7 @@ func (c *Comm) gpuOp(op *Op) *gpu.Op {
 		timeout = time.Duration(op.Timeout) * time.Millisecond
 	}
 	g := &gpu.Op{
-		Kind: gpu.Kind(op.Kind), DType: op.DType, ReduceOp: op.ReduceOp, Root: op.Root, Tag: op.Tag, PreMul: op.PreMul,
+		Kind: op.Kind, DType: op.DType, ReduceOp: op.ReduceOp, Root: op.Root, Tag: op.Tag, PreMul: op.PreMul,
 		In: deviceBufs(op.In), Out: deviceBufs(op.Out), Timeout: timeout, Label: deviceLabel(op, c.cfg.Rank),
 	}
 	if op.Dev != nil {
@@ -85,9 +86,9 @@ func deviceBufs(bufs [][]byte) []gpu.Buf {
 
 func deviceLabel(op *Op, rank int) string {
 	switch op.Kind {
-	case Send:
+	case opkind.Send:
 		return fmt.Sprintf("send to rank %d (tag %d, %s)", op.Root, op.Tag, op.DType)
-	case Recv:
+	case opkind.Recv:
 		return fmt.Sprintf("recv from rank %d (tag %d, %s)", op.Root, op.Tag, op.DType)
 	}
 	return describe(op, rank).String()
@@ -149,7 +150,7 @@ func (c *Comm) submitDevice(op *Op) error {
 	t := &task{op: op, start: time.Now()}
 	g := c.gpuOp(op)
 	source := -1
-	if op.Kind == Send || op.Kind == Recv {
+	if op.Kind == opkind.Send || op.Kind == opkind.Recv {
 		source = op.Root
 	}
 	g.OnDone = func(err error) {

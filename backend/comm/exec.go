@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
@@ -119,13 +120,13 @@ func (c *Comm) runCollective(t *task) error {
 		check <- checked{agreed, err}
 	}()
 	var dataErr error
-	if op.Kind != Barrier {
+	if op.Kind != opkind.Barrier {
 		dataErr = c.runAlgorithm(dataCtx, conn, op, t)
 	}
 	res := <-check
 	if res.err == nil {
 		c.learn(op.DType, res.tele)
-		if op.Kind == AllToAll {
+		if op.Kind == opkind.AllToAll {
 			dataErr = c.splitStatus(ctx, conn, fields, dataErr)
 		}
 	}
@@ -200,16 +201,16 @@ func (c *Comm) describeMismatch(mine descFields, e *transport.MismatchError) str
 // runLocal is every collective on a group of one: copies only.
 func runLocal(op *Op) error {
 	switch op.Kind {
-	case AllReduce, Broadcast, Barrier:
-		if op.Kind == AllReduce && op.ReduceOp == reduce.PreMulSum {
+	case opkind.AllReduce, opkind.Broadcast, opkind.Barrier:
+		if op.Kind == opkind.AllReduce && op.ReduceOp == reduce.PreMulSum {
 			reduce.Scale(op.DType, op.Out[0], op.PreMul)
 		}
-	case Reduce, AllGather, AllToAll, Gather, Scatter:
+	case opkind.Reduce, opkind.AllGather, opkind.AllToAll, opkind.Gather, opkind.Scatter:
 		copy(op.Out[0], op.In[0])
-		if op.Kind == Reduce && op.ReduceOp == reduce.PreMulSum {
+		if op.Kind == opkind.Reduce && op.ReduceOp == reduce.PreMulSum {
 			reduce.Scale(op.DType, op.Out[0], op.PreMul)
 		}
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		copy(op.Out[0], op.In[0])
 		if op.ReduceOp == reduce.PreMulSum {
 			reduce.Scale(op.DType, op.Out[0], op.PreMul)
@@ -245,7 +246,7 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 	if err != nil || op.ReduceOp != reduce.Avg || !op.isReduction() {
 		return err
 	}
-	if op.Kind != Reduce || c.cfg.Rank == op.Root {
+	if op.Kind != opkind.Reduce || c.cfg.Rank == op.Root {
 		reduce.Average(op.DType, op.Out[0], c.cfg.Size)
 	}
 	return nil
@@ -255,21 +256,21 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 func runPlain(ctx context.Context, conn collective.Conn, op *Op, a collective.Args) error {
 	var err error
 	switch op.Kind {
-	case AllReduce:
+	case opkind.AllReduce:
 		err = collective.AllReduce(ctx, conn, a)
-	case Broadcast:
+	case opkind.Broadcast:
 		err = collective.Broadcast(ctx, conn, a)
-	case Reduce:
+	case opkind.Reduce:
 		err = collective.Reduce(ctx, conn, a)
-	case AllGather:
+	case opkind.AllGather:
 		err = collective.AllGather(ctx, conn, a)
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		err = collective.ReduceScatter(ctx, conn, a)
-	case AllToAll:
+	case opkind.AllToAll:
 		err = collective.AllToAll(ctx, conn, a)
-	case Gather:
+	case opkind.Gather:
 		err = collective.Gather(ctx, conn, a)
-	case Scatter:
+	case opkind.Scatter:
 		err = collective.Scatter(ctx, conn, a)
 	default:
 		return fmt.Errorf("no algorithm for %s", op.Kind)
@@ -281,7 +282,7 @@ func runPlain(ctx context.Context, conn collective.Conn, op *Op, a collective.Ar
 // in-place all-reduce scales its own buffer (the result overwrites it
 // anyway); other ops scale a private copy so the caller's input is kept.
 func (c *Comm) premultiplied(op *Op) [][]byte {
-	if op.Kind == AllReduce {
+	if op.Kind == opkind.AllReduce {
 		reduce.Scale(op.DType, op.In[0], op.PreMul)
 		return op.In
 	}
@@ -296,7 +297,7 @@ func (c *Comm) premultiplied(op *Op) [][]byte {
 }
 
 func (c *Comm) releaseScaled(op *Op, bufs [][]byte) {
-	if op.Kind == AllReduce {
+	if op.Kind == opkind.AllReduce {
 		return
 	}
 	for _, b := range bufs {

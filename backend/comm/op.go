@@ -6,50 +6,19 @@
 package comm
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
-
-// Kind is an operation kind; the values are the C ABI's ZC_OP_* codes.
-type Kind uint8
-
-// The operation kinds.
-const (
-	AllReduce     Kind = 1
-	Broadcast     Kind = 2
-	Reduce        Kind = 3
-	AllGather     Kind = 4
-	ReduceScatter Kind = 5
-	AllToAll      Kind = 6
-	Gather        Kind = 7
-	Scatter       Kind = 8
-	Send          Kind = 9
-	Recv          Kind = 10
-	Barrier       Kind = 11
-)
-
-var kindNames = map[Kind]string{
-	AllReduce: "all_reduce", Broadcast: "broadcast", Reduce: "reduce",
-	AllGather: "all_gather", ReduceScatter: "reduce_scatter", AllToAll: "all_to_all",
-	Gather: "gather", Scatter: "scatter", Send: "send", Recv: "recv", Barrier: "barrier",
-}
-
-func (k Kind) String() string {
-	if s, ok := kindNames[k]; ok {
-		return s
-	}
-	return fmt.Sprintf("op(%d)", uint8(k))
-}
 
 // Op is one operation as submitted. Buffers alias caller memory (tensor
 // storage), which the caller keeps alive until the completion is delivered.
 // Buffer conventions per kind are those of capi/zipccl_abi.h.
 type Op struct {
 	Ticket   uint64
-	Kind     Kind
+	Kind     opkind.Kind
 	DType    dtype.DType
 	ReduceOp reduce.Op
 	Root     int // rooted ops: the root; Send: destination; Recv: source or -1
@@ -63,13 +32,13 @@ type Op struct {
 
 func (op *Op) isReduction() bool {
 	switch op.Kind {
-	case AllReduce, Reduce, ReduceScatter:
+	case opkind.AllReduce, opkind.Reduce, opkind.ReduceScatter:
 		return true
 	}
 	return false
 }
 
-func (op *Op) isCollective() bool { return op.Kind != Send && op.Kind != Recv }
+func (op *Op) isCollective() bool { return op.Kind != opkind.Send && op.Kind != opkind.Recv }
 
 // numel of a buffer, in elements of the op's dtype.
 func (op *Op) numel(b []byte) int64 {
@@ -81,7 +50,7 @@ func (op *Op) numel(b []byte) int64 {
 
 // validate checks an op against the group before anything is sent.
 func (op *Op) validate(rank, size int) error {
-	if op.Kind != Barrier && !op.DType.Valid() {
+	if op.Kind != opkind.Barrier && !op.DType.Valid() {
 		return invalidf("%s: unsupported dtype code %d", op.Kind, uint8(op.DType))
 	}
 	if op.isReduction() {
@@ -115,12 +84,12 @@ func (op *Op) validate(rank, size int) error {
 		return nil
 	}
 	switch op.Kind {
-	case AllReduce:
+	case opkind.AllReduce:
 		if err := need("input", len(op.In), 1); err != nil {
 			return err
 		}
 		return need("output", len(op.Out), 1)
-	case Broadcast:
+	case opkind.Broadcast:
 		if err := rootOK(); err != nil {
 			return err
 		}
@@ -128,7 +97,7 @@ func (op *Op) validate(rank, size int) error {
 			return err
 		}
 		return need("output", len(op.Out), 1)
-	case Reduce:
+	case opkind.Reduce:
 		if err := rootOK(); err != nil {
 			return err
 		}
@@ -139,7 +108,7 @@ func (op *Op) validate(rank, size int) error {
 			return err
 		}
 		return sameLen("output", op.Out, len(op.In[0]))
-	case AllGather:
+	case opkind.AllGather:
 		if err := need("input", len(op.In), 1); err != nil {
 			return err
 		}
@@ -149,7 +118,7 @@ func (op *Op) validate(rank, size int) error {
 		if len(op.Out[rank]) != len(op.In[0]) {
 			return invalidf("all_gather: this rank's output slot has %d elements but its input has %d", op.numel(op.Out[rank]), op.numel(op.In[0]))
 		}
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		if err := need("input", len(op.In), size); err != nil {
 			return err
 		}
@@ -157,7 +126,7 @@ func (op *Op) validate(rank, size int) error {
 			return err
 		}
 		return sameLen("input", op.In, len(op.Out[0]))
-	case AllToAll:
+	case opkind.AllToAll:
 		if err := need("input", len(op.In), size); err != nil {
 			return err
 		}
@@ -167,7 +136,7 @@ func (op *Op) validate(rank, size int) error {
 		if len(op.In[rank]) != len(op.Out[rank]) {
 			return invalidf("all_to_all: this rank sends %d elements to itself but expects %d", op.numel(op.In[rank]), op.numel(op.Out[rank]))
 		}
-	case Gather:
+	case opkind.Gather:
 		if err := rootOK(); err != nil {
 			return err
 		}
@@ -180,7 +149,7 @@ func (op *Op) validate(rank, size int) error {
 			}
 			return sameLen("output", op.Out, len(op.In[0]))
 		}
-	case Scatter:
+	case opkind.Scatter:
 		if err := rootOK(); err != nil {
 			return err
 		}
@@ -193,17 +162,17 @@ func (op *Op) validate(rank, size int) error {
 			}
 			return sameLen("input", op.In, len(op.Out[0]))
 		}
-	case Send:
+	case opkind.Send:
 		if op.Root < 0 || op.Root >= size || op.Root == rank {
 			return invalidf("send: invalid destination rank %d (group of %d, this is rank %d)", op.Root, size, rank)
 		}
 		return need("input", len(op.In), 1)
-	case Recv:
+	case opkind.Recv:
 		if op.Root < -1 || op.Root >= size || op.Root == rank {
 			return invalidf("recv: invalid source rank %d (group of %d, this is rank %d)", op.Root, size, rank)
 		}
 		return need("output", len(op.Out), 1)
-	case Barrier:
+	case opkind.Barrier:
 	default:
 		return invalidf("unknown op kind %d", uint8(op.Kind))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
 	"github.com/zipccl/zipccl/backend/zcoll"
@@ -45,7 +46,7 @@ func (c *Comm) startP2P(t *task) {
 		return
 	}
 	switch op.Kind {
-	case Recv:
+	case opkind.Recv:
 		if op.Root < 0 {
 			c.mesh.Connect()
 		}
@@ -74,7 +75,7 @@ func (c *Comm) startP2P(t *task) {
 			}
 			c.complete(t, src, c.p2pErr(op, src, err))
 		}()
-	case Send:
+	case opkind.Send:
 		q := c.sendQ[op.Root]
 		if q == nil {
 			q = &sendQueue{}
@@ -133,7 +134,7 @@ func (c *Comm) p2pErr(op *Op, peer int, err error) error {
 		return nil
 	}
 	dir := "to"
-	if op.Kind == Recv {
+	if op.Kind == opkind.Recv {
 		dir = "from"
 	}
 	who := fmt.Sprintf("rank %d", peer)

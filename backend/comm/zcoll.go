@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/zcoll"
 )
 
@@ -17,15 +18,15 @@ func (c *Comm) runZcoll(ctx context.Context, conn *opConn, op *Op, a collective.
 		t.uncoded.Store(st.SentRaw.Load())
 	}()
 	switch op.Kind {
-	case AllReduce:
+	case opkind.AllReduce:
 		return zcoll.AllReduce(ctx, conn, za)
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		return zcoll.ReduceScatter(ctx, conn, za)
-	case AllGather:
+	case opkind.AllGather:
 		return zcoll.AllGather(ctx, conn, za)
-	case AllToAll:
+	case opkind.AllToAll:
 		return zcoll.AllToAll(ctx, conn, za)
-	case Broadcast:
+	case opkind.Broadcast:
 		return zcoll.Broadcast(ctx, conn, za)
 	}
 	return fmt.Errorf("no coded algorithm for %s", op.Kind)

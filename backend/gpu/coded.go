@@ -12,6 +12,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/switcher"
 )
 
@@ -31,15 +32,15 @@ import (
 // every rank).
 var forceCodedNVLink = os.Getenv("ZIPCCL_GPU_COMPRESS_NVLINK") == "1"
 
-func switcherOp(k Kind) switcher.Op {
+func switcherOp(k opkind.Kind) switcher.Op {
 	switch k {
-	case AllReduce:
+	case opkind.AllReduce:
 		return switcher.AllReduce
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		return switcher.ReduceScatter
-	case AllGather:
+	case opkind.AllGather:
 		return switcher.AllGather
-	case AllToAll:
+	case opkind.AllToAll:
 		return switcher.AllToAll
 	}
 	return switcher.Broadcast
@@ -56,9 +57,9 @@ func sumBytes(bufs []Buf) int {
 // payload is op's size as the switcher counts it.
 func payload(op *Op) int {
 	switch op.Kind {
-	case AllGather:
+	case opkind.AllGather:
 		return sumBytes(op.Out)
-	case ReduceScatter, AllToAll:
+	case opkind.ReduceScatter, opkind.AllToAll:
 		return sumBytes(op.In)
 	}
 	return op.In[0].Bytes
@@ -84,13 +85,13 @@ func overlaps(a Buf, lo uintptr, n int) bool {
 // tensor cut into chunks on each side).
 func (g *Group) codedLayout(op *Op) bool {
 	switch op.Kind {
-	case AllReduce, Broadcast:
+	case opkind.AllReduce, opkind.Broadcast:
 		return op.In[0].Ptr == op.Out[0].Ptr && op.In[0].Bytes == op.Out[0].Bytes
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		return contiguous(op.In, op.Out[0].Bytes) && !overlaps(op.Out[0], op.In[0].Ptr, sumBytes(op.In))
-	case AllGather:
+	case opkind.AllGather:
 		return contiguous(op.Out, op.In[0].Bytes)
-	case AllToAll:
+	case opkind.AllToAll:
 		return packed(op.In) && packed(op.Out) && !overlaps(op.Out[0], op.In[0].Ptr, sumBytes(op.In))
 	}
 	return false
@@ -205,15 +206,15 @@ func (g *Group) runCoded(op *Op, c ncclComm, deadline time.Time) error {
 	defer stop()
 	x := &coder{g: g, k: k, c: c, op: op, dev: op.Device, st: op.Stream, dt: op.DType, es: int64(op.DType.Size()), deadline: deadline}
 	switch op.Kind {
-	case AllReduce:
+	case opkind.AllReduce:
 		err = x.allReduce()
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		err = x.reduceScatter()
-	case AllGather:
+	case opkind.AllGather:
 		err = x.allGather()
-	case AllToAll:
+	case opkind.AllToAll:
 		err = x.allToAll()
-	case Broadcast:
+	case opkind.Broadcast:
 		err = x.broadcast()
 	default:
 		err = fmt.Errorf("no coded algorithm for %v", op.Kind)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
@@ -199,7 +200,7 @@ func fullAgreement() agreement {
 }
 
 func TestDecide(t *testing.T) {
-	ar := &Op{Kind: AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum}
+	ar := &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum}
 	cases := []struct {
 		name   string
 		op     *Op
@@ -211,17 +212,17 @@ func TestDecide(t *testing.T) {
 		{"nccl", ar, nil, switcher.Auto, PathNCCL, ""},
 		{"no nccl", ar, func(a *agreement) { a.nccl, a.ncclWhy = false, "NCCL is missing on rank 1 (x)" }, switcher.Auto, PathStaged, "rank 1"},
 		{"forced", ar, func(a *agreement) { a.staged = "forced by rank 0 (ZIPCCL_GPU_PATH=staged)" }, switcher.Auto, PathStaged, "ZIPCCL_GPU_PATH"},
-		{"bitwise", &Op{Kind: AllReduce, DType: dtype.Int32, ReduceOp: reduce.BOr}, nil, switcher.Auto, PathStaged, "BOR"},
-		{"int16 reduce", &Op{Kind: ReduceScatter, DType: dtype.Int16, ReduceOp: reduce.Sum}, nil, switcher.Auto, PathStaged, "int16"},
-		{"int16 gather", &Op{Kind: AllGather, DType: dtype.Int16}, nil, switcher.Auto, PathNCCL, ""},
-		{"fp8 reduce", &Op{Kind: AllReduce, DType: dtype.Float8E5M2, ReduceOp: reduce.Sum}, nil, switcher.Auto, PathStaged, "float8"},
-		{"fp8 alltoall", &Op{Kind: AllToAll, DType: dtype.Float8E5M2}, nil, switcher.Auto, PathNCCL, ""},
+		{"bitwise", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.BOr}, nil, switcher.Auto, PathStaged, "BOR"},
+		{"int16 reduce", &Op{Kind: opkind.ReduceScatter, DType: dtype.Int16, ReduceOp: reduce.Sum}, nil, switcher.Auto, PathStaged, "int16"},
+		{"int16 gather", &Op{Kind: opkind.AllGather, DType: dtype.Int16}, nil, switcher.Auto, PathNCCL, ""},
+		{"fp8 reduce", &Op{Kind: opkind.AllReduce, DType: dtype.Float8E5M2, ReduceOp: reduce.Sum}, nil, switcher.Auto, PathStaged, "float8"},
+		{"fp8 alltoall", &Op{Kind: opkind.AllToAll, DType: dtype.Float8E5M2}, nil, switcher.Auto, PathNCCL, ""},
 		{"always without kernels", ar, func(a *agreement) { a.kernels, a.kernelsWhy = false, "the CUDA kernel library is missing on rank 0" }, switcher.Always, PathStaged, "mode always"},
 		{"always without kernels, nvlink", ar, func(a *agreement) { a.kernels, a.nvlink = false, true }, switcher.Always, PathNCCL, ""},
 		{"auto without kernels", ar, func(a *agreement) { a.kernels = false }, switcher.Auto, PathNCCL, ""},
-		{"always without kernels, int", &Op{Kind: AllReduce, DType: dtype.Int32, ReduceOp: reduce.Sum}, func(a *agreement) { a.kernels = false }, switcher.Always, PathNCCL, ""},
-		{"always without kernels, avg (never coded on the GPU)", &Op{Kind: AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Avg}, func(a *agreement) { a.kernels = false }, switcher.Always, PathNCCL, ""},
-		{"send", &Op{Kind: Send, DType: dtype.Float32, Root: 1}, nil, switcher.Auto, PathNCCL, ""},
+		{"always without kernels, int", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.Sum}, func(a *agreement) { a.kernels = false }, switcher.Always, PathNCCL, ""},
+		{"always without kernels, avg (never coded on the GPU)", &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Avg}, func(a *agreement) { a.kernels = false }, switcher.Always, PathNCCL, ""},
+		{"send", &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 1}, nil, switcher.Auto, PathNCCL, ""},
 	}
 	for _, c := range cases {
 		a := fullAgreement()
@@ -233,7 +234,7 @@ func TestDecide(t *testing.T) {
 			t.Errorf("%s: got %+v, want %v (%q)", c.name, p, c.path, c.reason)
 		}
 	}
-	p := decide(&Op{Kind: Recv, Root: -1, DType: dtype.Float32}, fullAgreement(), switcher.Auto)
+	p := decide(&Op{Kind: opkind.Recv, Root: -1, DType: dtype.Float32}, fullAgreement(), switcher.Auto)
 	if p.Refuse == "" || !strings.Contains(p.Refuse, "any source") {
 		t.Errorf("recv from any source: %+v", p)
 	}
@@ -488,7 +489,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 				bufs[r] = hold(input(r))
 			}
 			noErrors(t, op.String(), w.run(func(r int) *Op {
-				return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: op, PreMul: 0.5, In: []Buf{b(bufs[r])}, Out: []Buf{b(bufs[r])}}
+				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: op, PreMul: 0.5, In: []Buf{b(bufs[r])}, Out: []Buf{b(bufs[r])}}
 			}))
 			for r := range bufs {
 				got := getF32(bufs[r])
@@ -523,7 +524,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 			outs[r] = hold(make([]byte, 4*count))
 		}
 		noErrors(t, "broadcast", w.run(func(r int) *Op {
-			return &Op{Kind: Broadcast, DType: dtype.Float32, Root: 2, In: []Buf{b(bufs[r])}, Out: []Buf{b(bufs[r])}}
+			return &Op{Kind: opkind.Broadcast, DType: dtype.Float32, Root: 2, In: []Buf{b(bufs[r])}, Out: []Buf{b(bufs[r])}}
 		}))
 		for r := range bufs {
 			if string(bufs[r]) != string(input(2)) {
@@ -534,7 +535,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 			bufs[r] = hold(input(r))
 		}
 		noErrors(t, "reduce", w.run(func(r int) *Op {
-			return &Op{Kind: Reduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Root: 1, In: []Buf{b(bufs[r])}, Out: []Buf{b(outs[r])}}
+			return &Op{Kind: opkind.Reduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Root: 1, In: []Buf{b(bufs[r])}, Out: []Buf{b(outs[r])}}
 		}))
 		got := getF32(outs[1])
 		for i := range got {
@@ -556,7 +557,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 				}
 			}
 			noErrors(t, "all_gather", w.run(func(r int) *Op {
-				op := &Op{Kind: AllGather, DType: dtype.Float32, In: []Buf{b(ins[r])}}
+				op := &Op{Kind: opkind.AllGather, DType: dtype.Float32, In: []Buf{b(ins[r])}}
 				if separate {
 					for j := 0; j < n; j++ {
 						op.Out = append(op.Out, b(outs[r][j]))
@@ -600,7 +601,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 				sep = append(sep, parts)
 			}
 			noErrors(t, "reduce_scatter", w.run(func(r int) *Op {
-				op := &Op{Kind: ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, Out: []Buf{b(outs[r])}}
+				op := &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, Out: []Buf{b(outs[r])}}
 				if separate {
 					for j := 0; j < n; j++ {
 						op.In = append(op.In, b(sep[r][j]))
@@ -643,7 +644,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 			outs[r] = hold(make([]byte, size))
 		}
 		noErrors(t, "all_to_all", w.run(func(r int) *Op {
-			op := &Op{Kind: AllToAll, DType: dtype.Float32}
+			op := &Op{Kind: opkind.AllToAll, DType: dtype.Float32}
 			in, out := addr(ins[r]), addr(outs[r])
 			for j := 0; j < n; j++ {
 				op.In = append(op.In, Buf{Ptr: in, Bytes: 4 * (j + 1) * (r + 1)})
@@ -673,7 +674,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 			gout[r] = hold(make([]byte, n*4*count))
 		}
 		noErrors(t, "gather", w.run(func(r int) *Op {
-			op := &Op{Kind: Gather, DType: dtype.Float32, Root: 1, In: []Buf{b(gin[r])}}
+			op := &Op{Kind: opkind.Gather, DType: dtype.Float32, Root: 1, In: []Buf{b(gin[r])}}
 			if r == 1 {
 				op.Out = chunks(gout[r], n)
 			}
@@ -689,7 +690,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 			sout[r] = hold(make([]byte, 4*count))
 		}
 		noErrors(t, "scatter", w.run(func(r int) *Op {
-			op := &Op{Kind: Scatter, DType: dtype.Float32, Root: 1, Out: []Buf{b(sout[r])}}
+			op := &Op{Kind: opkind.Scatter, DType: dtype.Float32, Root: 1, Out: []Buf{b(sout[r])}}
 			if r == 1 {
 				op.In = chunks(gout[r], n)
 			}
@@ -719,8 +720,8 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 				defer wg.Done()
 				done := make(chan error, 2)
 				right, left := (r+1)%n, (r+n-1)%n
-				send := &Op{Kind: Send, DType: dtype.Float32, Root: right, In: []Buf{b(sbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "send", OnDone: func(e error) { done <- e }}
-				recv := &Op{Kind: Recv, DType: dtype.Float32, Root: left, Out: []Buf{b(rbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "recv", OnDone: func(e error) { done <- e }}
+				send := &Op{Kind: opkind.Send, DType: dtype.Float32, Root: right, In: []Buf{b(sbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "send", OnDone: func(e error) { done <- e }}
+				recv := &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: left, Out: []Buf{b(rbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "recv", OnDone: func(e error) { done <- e }}
 				if err := errors.Join(g.Submit(send), g.Submit(recv), g.Flush()); err != nil {
 					errs[r] = err
 					return
@@ -757,7 +758,7 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 	w := newWorld(t, worldOpts{n: 3, mode: switcher.Auto, noNCCL: map[int]bool{2: true}})
 	plans := w.planAll(func() *Op {
-		return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: 5 * time.Second, Label: "all_reduce"}
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: 5 * time.Second, Label: "all_reduce"}
 	})
 	for r, p := range plans {
 		if p.Path != PathStaged || !strings.Contains(p.Reason, "rank 2") || !strings.Contains(p.Reason, "/nowhere/libnccl.so.2") {
@@ -765,7 +766,7 @@ func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 		}
 	}
 	// Submitting a staged op as a device op is refused, not run.
-	err := w.groups[0].Submit(&Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: time.Second, Label: "all_reduce", In: []Buf{{}}, Out: []Buf{{}}})
+	err := w.groups[0].Submit(&Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: time.Second, Label: "all_reduce", In: []Buf{{}}, Out: []Buf{{}}})
 	if err == nil || !strings.Contains(err.Error(), "staged") {
 		t.Fatalf("submit of a staged op: %v", err)
 	}
@@ -777,7 +778,7 @@ func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			p01[r], errs[r] = w.groups[r].Plan(&Op{Kind: Send, DType: dtype.Float32, Root: 1 - r, Timeout: 5 * time.Second, Label: "send"})
+			p01[r], errs[r] = w.groups[r].Plan(&Op{Kind: opkind.Send, DType: dtype.Float32, Root: 1 - r, Timeout: 5 * time.Second, Label: "send"})
 		}(r)
 	}
 	wg.Wait()
@@ -792,7 +793,7 @@ func TestPlanStagedWhenARankLacksNCCL(t *testing.T) {
 func TestRanksSharingAGPUStage(t *testing.T) {
 	w := newWorld(t, worldOpts{n: 2, mode: switcher.Auto, oneGPU: true})
 	plans := w.planAll(func() *Op {
-		return &Op{Kind: AllGather, DType: dtype.Float32, Timeout: 5 * time.Second, Label: "all_gather"}
+		return &Op{Kind: opkind.AllGather, DType: dtype.Float32, Timeout: 5 * time.Second, Label: "all_gather"}
 	})
 	for r, p := range plans {
 		if p.Path != PathStaged || !strings.Contains(p.Reason, "ranks 0 and 1 share GPU "+testUUID(0)) {
@@ -813,7 +814,7 @@ func TestFailedCommInitIsFinal(t *testing.T) {
 	op := func(label string) func(r int) *Op {
 		return func(r int) *Op {
 			b := Buf{Ptr: addr(bufs[r]), Bytes: 64}
-			return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Label: label}
+			return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Label: label}
 		}
 	}
 	for r, err := range w.run(op("first")) {
@@ -835,10 +836,10 @@ func TestFailedCommInitIsFinal(t *testing.T) {
 func TestCUDATensorsOfAnotherDevice(t *testing.T) {
 	w := newWorld(t, worldOpts{n: 1, mode: switcher.Auto})
 	g := w.groups[0]
-	if _, err := g.Plan(&Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Device: 0, Timeout: time.Second, Label: "all_reduce"}); err != nil {
+	if _, err := g.Plan(&Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Device: 0, Timeout: time.Second, Label: "all_reduce"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := g.Plan(&Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Device: 1, Timeout: time.Second, Label: "all_reduce"})
+	_, err := g.Plan(&Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Device: 1, Timeout: time.Second, Label: "all_reduce"})
 	if err == nil || !strings.Contains(err.Error(), "runs on cuda:0") {
 		t.Fatalf("second device: %v", err)
 	}
@@ -856,7 +857,7 @@ func TestDeviceTimeoutAbortsNCCL(t *testing.T) {
 	start := time.Now()
 	errs := w.run(func(r int) *Op {
 		b := Buf{Ptr: addr(bufs[r]), Bytes: 64}
-		return &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Label: "all_reduce(float32, 16 elements, SUM)"}
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Label: "all_reduce(float32, 16 elements, SUM)"}
 	})
 	for r, err := range errs {
 		var e *Error
@@ -878,7 +879,7 @@ func TestDeviceTimeoutAbortsNCCL(t *testing.T) {
 		}
 	}
 	// Later ops are refused at once.
-	err := w.groups[0].Submit(&Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: time.Second, Label: "next", In: []Buf{{}}, Out: []Buf{{}}})
+	err := w.groups[0].Submit(&Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, Timeout: time.Second, Label: "next", In: []Buf{{}}, Out: []Buf{{}}})
 	if err == nil || !strings.Contains(err.Error(), "unusable") {
 		t.Fatalf("after the timeout: %v", err)
 	}
@@ -895,7 +896,7 @@ func TestAsyncErrorBreaksGroup(t *testing.T) {
 	buf := make([]byte, 16)
 	done := make(chan error, 1)
 	b := Buf{Ptr: addr(buf), Bytes: 16}
-	op := &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Timeout: 10 * time.Second, Label: "all_reduce", OnDone: func(e error) { done <- e }}
+	op := &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Timeout: 10 * time.Second, Label: "all_reduce", OnDone: func(e error) { done <- e }}
 	if err := g.Submit(op); err != nil {
 		t.Fatal(err)
 	}
@@ -926,7 +927,7 @@ func TestCompletionFollowsEvents(t *testing.T) {
 	done := make(chan int, 2)
 	for i := 1; i <= 2; i++ {
 		i := i
-		op := &Op{Kind: AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Done: uintptr(i), Stream: 7, Timeout: 10 * time.Second, Label: "all_reduce", OnDone: func(e error) {
+		op := &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}, Done: uintptr(i), Stream: 7, Timeout: 10 * time.Second, Label: "all_reduce", OnDone: func(e error) {
 			if e != nil {
 				t.Errorf("op %d: %v", i, e)
 			}
@@ -1038,7 +1039,7 @@ func TestCodedOpsOnEmulatedKernels(t *testing.T) {
 			var ops [n]*Op
 			noErrors(t, "all_reduce", w.run(func(r int) *Op {
 				b := Buf{Ptr: addr(bufs[r]), Bytes: len(bufs[r])}
-				ops[r] = &Op{Kind: AllReduce, DType: dt, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}}
+				ops[r] = &Op{Kind: opkind.AllReduce, DType: dt, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}}
 				return ops[r]
 			}))
 			// reference: the rank-order fold per chunk of the even split
@@ -1073,7 +1074,7 @@ func TestCodedOpsOnEmulatedKernels(t *testing.T) {
 				outs[r] = hold(make([]byte, per*es))
 			}
 			noErrors(t, "reduce_scatter", w.run(func(r int) *Op {
-				op := &Op{Kind: ReduceScatter, DType: dt, ReduceOp: reduce.Sum, Out: []Buf{{Ptr: addr(outs[r]), Bytes: per * es}}}
+				op := &Op{Kind: opkind.ReduceScatter, DType: dt, ReduceOp: reduce.Sum, Out: []Buf{{Ptr: addr(outs[r]), Bytes: per * es}}}
 				for j := 0; j < n; j++ {
 					op.In = append(op.In, Buf{Ptr: addr(ins[r]) + uintptr(j*per*es), Bytes: per * es})
 				}
@@ -1098,7 +1099,7 @@ func TestCodedOpsOnEmulatedKernels(t *testing.T) {
 				outs[r] = hold(make([]byte, n*per*es))
 			}
 			noErrors(t, "all_gather", w.run(func(r int) *Op {
-				op := &Op{Kind: AllGather, DType: dt, In: []Buf{{Ptr: addr(ins[r]), Bytes: per * es}}}
+				op := &Op{Kind: opkind.AllGather, DType: dt, In: []Buf{{Ptr: addr(ins[r]), Bytes: per * es}}}
 				for j := 0; j < n; j++ {
 					op.Out = append(op.Out, Buf{Ptr: addr(outs[r]) + uintptr(j*per*es), Bytes: per * es})
 				}
@@ -1125,7 +1126,7 @@ func TestCodedOpsOnEmulatedKernels(t *testing.T) {
 				a2aOut[r] = hold(make([]byte, totOut*es))
 			}
 			noErrors(t, "all_to_all", w.run(func(r int) *Op {
-				op := &Op{Kind: AllToAll, DType: dt}
+				op := &Op{Kind: opkind.AllToAll, DType: dt}
 				in, out := addr(a2aIn[r]), addr(a2aOut[r])
 				for j := 0; j < n; j++ {
 					op.In = append(op.In, Buf{Ptr: in, Bytes: cnt(r, j) * es})
@@ -1157,7 +1158,7 @@ func TestCodedOpsOnEmulatedKernels(t *testing.T) {
 			var ops [n]*Op
 			noErrors(t, "broadcast", w.run(func(r int) *Op {
 				b := Buf{Ptr: addr(bc[r]), Bytes: len(bc[r])}
-				ops[r] = &Op{Kind: Broadcast, DType: dt, Root: 1, In: []Buf{b}, Out: []Buf{b}}
+				ops[r] = &Op{Kind: opkind.Broadcast, DType: dt, Root: 1, In: []Buf{b}, Out: []Buf{b}}
 				return ops[r]
 			}))
 			for r := 0; r < n; r++ {
@@ -1178,7 +1179,7 @@ func TestNeverCodedOverNVLink(t *testing.T) {
 	var ops [2]*Op
 	noErrors(t, "all_reduce", w.run(func(r int) *Op {
 		b := Buf{Ptr: addr(bufs[r]), Bytes: len(bufs[r])}
-		ops[r] = &Op{Kind: AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}}
+		ops[r] = &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}}
 		return ops[r]
 	}))
 	for r, op := range ops {
@@ -1210,7 +1211,7 @@ func TestAutoProbesOnce(t *testing.T) {
 	bufs := [][]byte{gradients(dtype.BFloat16, 20000, 1), gradients(dtype.BFloat16, 20000, 2)}
 	noErrors(t, "all_reduce", w.run(func(r int) *Op {
 		b := Buf{Ptr: addr(bufs[r]), Bytes: len(bufs[r])}
-		return &Op{Kind: AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}}
+		return &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: []Buf{b}, Out: []Buf{b}}
 	}))
 	p0, p1 := w.groups[0].profile, w.groups[1].profile
 	if !p0.Measured || p0 != p1 {

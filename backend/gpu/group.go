@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
@@ -28,7 +29,7 @@ type Buf struct {
 // Op is one op on CUDA tensors. Buffer conventions are those of
 // capi/zipccl_abi.h.
 type Op struct {
-	Kind     Kind
+	Kind     opkind.Kind
 	DType    dtype.DType
 	ReduceOp reduce.Op
 	Root     int // rooted ops: the root; Send: destination; Recv: source
@@ -214,7 +215,7 @@ func (g *Group) agreementFor(op *Op, deadline time.Time) (agreement, error) {
 	}
 	ctx, cancel := context.WithDeadline(g.cfg.Ctx, deadline)
 	defer cancel()
-	if op.Kind.isP2P() && op.Root >= 0 {
+	if op.Kind.IsP2P() && op.Root >= 0 {
 		if a := g.pair[op.Root]; a != nil {
 			return *a, nil
 		}
@@ -257,7 +258,7 @@ func (g *Group) Plan(op *Op) (Plan, error) {
 	if err := g.setDevice(op); err != nil {
 		return Plan{}, err
 	}
-	if op.Kind == Recv && op.Root < 0 {
+	if op.Kind == opkind.Recv && op.Root < 0 {
 		p := decide(op, agreement{}, g.cfg.Mode)
 		return p, nil
 	}
@@ -366,7 +367,7 @@ func (g *Group) Flush() error {
 }
 
 func (g *Group) commOrder(op *Op) int {
-	if !op.Kind.isP2P() {
+	if !op.Kind.IsP2P() {
 		return -1
 	}
 	lo, hi := min(g.cfg.Rank, op.Root), max(g.cfg.Rank, op.Root)
@@ -377,7 +378,7 @@ func (g *Group) commOrder(op *Op) int {
 // for collectives, a two-rank one per pair for point-to-point ops (as
 // ProcessGroupNCCL does, so that a send does not need every rank).
 func (g *Group) commFor(op *Op, deadline time.Time) (ncclComm, error) {
-	if !op.Kind.isP2P() {
+	if !op.Kind.IsP2P() {
 		if g.comm == nil {
 			c, err := g.initComm(op, g.key("nccl", "coll"), g.cfg.Size, g.cfg.Rank, deadline)
 			if err != nil {
@@ -526,7 +527,7 @@ func (g *Group) enqueue(ops []*Op, deadline time.Time) (err error) {
 			return err
 		}
 		p := &prepared{op: op, comm: c, dt: ncclUint8}
-		if op.Kind.isReduction() {
+		if op.Kind.IsReduction() {
 			var why string
 			p.dt, p.redop, p.premul, why = ncclReduction(op.DType, op.ReduceOp, lib.Version())
 			if why != "" {
@@ -597,17 +598,17 @@ func contiguous(bufs []Buf, n int) bool {
 // calls is how many NCCL calls issue makes for op.
 func (g *Group) calls(op *Op) int {
 	switch op.Kind {
-	case AllGather:
+	case opkind.AllGather:
 		if contiguous(op.Out, op.In[0].Bytes) {
 			return 1
 		}
 		return g.cfg.Size
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		if contiguous(op.In, op.Out[0].Bytes) {
 			return 1
 		}
 		return g.cfg.Size
-	case AllToAll, Gather, Scatter:
+	case opkind.AllToAll, opkind.Gather, opkind.Scatter:
 		return 2 * g.cfg.Size
 	}
 	return 1
@@ -620,13 +621,13 @@ func (g *Group) issue(p *prepared) error {
 	me, n := g.cfg.Rank, g.cfg.Size
 	es := max(op.DType.Size(), 1)
 	switch op.Kind {
-	case AllReduce:
+	case opkind.AllReduce:
 		return c.AllReduce(op.In[0].Ptr, op.Out[0].Ptr, op.In[0].Bytes/es, p.dt, p.redop, st)
-	case Broadcast:
+	case opkind.Broadcast:
 		return c.Broadcast(op.In[0].Ptr, op.Out[0].Ptr, op.In[0].Bytes, ncclUint8, op.Root, st)
-	case Reduce:
+	case opkind.Reduce:
 		return c.Reduce(op.In[0].Ptr, op.Out[0].Ptr, op.In[0].Bytes/es, p.dt, p.redop, op.Root, st)
-	case AllGather:
+	case opkind.AllGather:
 		if contiguous(op.Out, op.In[0].Bytes) {
 			if op.In[0].Bytes == 0 {
 				return nil
@@ -648,7 +649,7 @@ func (g *Group) issue(p *prepared) error {
 			}
 		}
 		return nil
-	case ReduceScatter:
+	case opkind.ReduceScatter:
 		count := op.Out[0].Bytes / es
 		if contiguous(op.In, op.Out[0].Bytes) {
 			return c.ReduceScatter(op.In[0].Ptr, op.Out[0].Ptr, count, p.dt, p.redop, st)
@@ -659,7 +660,7 @@ func (g *Group) issue(p *prepared) error {
 			}
 		}
 		return nil
-	case AllToAll:
+	case opkind.AllToAll:
 		for r := 0; r < n; r++ {
 			if op.In[r].Bytes > 0 {
 				if err := c.Send(op.In[r].Ptr, op.In[r].Bytes, ncclUint8, r, st); err != nil {
@@ -673,7 +674,7 @@ func (g *Group) issue(p *prepared) error {
 			}
 		}
 		return nil
-	case Gather:
+	case opkind.Gather:
 		if op.In[0].Bytes > 0 {
 			if err := c.Send(op.In[0].Ptr, op.In[0].Bytes, ncclUint8, op.Root, st); err != nil {
 				return err
@@ -689,7 +690,7 @@ func (g *Group) issue(p *prepared) error {
 			}
 		}
 		return nil
-	case Scatter:
+	case opkind.Scatter:
 		if me == op.Root {
 			for r := 0; r < n; r++ {
 				if op.In[r].Bytes > 0 {
@@ -703,12 +704,12 @@ func (g *Group) issue(p *prepared) error {
 			return c.Recv(op.Out[0].Ptr, op.Out[0].Bytes, ncclUint8, op.Root, st)
 		}
 		return nil
-	case Send:
+	case opkind.Send:
 		if op.In[0].Bytes == 0 {
 			return nil
 		}
 		return c.Send(op.In[0].Ptr, op.In[0].Bytes, ncclUint8, g.peerIndex(op), st)
-	case Recv:
+	case opkind.Recv:
 		if op.Out[0].Bytes == 0 {
 			return nil
 		}

@@ -5,32 +5,11 @@ import (
 	"strings"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/topology"
 )
-
-// Kind is an op kind; the values are the C ABI's ZC_OP_* (and comm.Kind's).
-type Kind uint8
-
-// The op kinds.
-const (
-	AllReduce     Kind = 1
-	Broadcast     Kind = 2
-	Reduce        Kind = 3
-	AllGather     Kind = 4
-	ReduceScatter Kind = 5
-	AllToAll      Kind = 6
-	Gather        Kind = 7
-	Scatter       Kind = 8
-	Send          Kind = 9
-	Recv          Kind = 10
-	Barrier       Kind = 11
-)
-
-func (k Kind) isReduction() bool { return k == AllReduce || k == Reduce || k == ReduceScatter }
-
-func (k Kind) isP2P() bool { return k == Send || k == Recv }
 
 // Path is where a CUDA op runs.
 type Path int32
@@ -221,13 +200,13 @@ func ncclReduction(dt dtype.DType, op reduce.Op, version int) (t ncclDataType, o
 // codedOnGPU reports whether the GPU's coded path handles op at all (the
 // switcher and the buffer layout decide the rest): zip3-coded dtypes, the
 // collectives of the coded path, and SUM or PRODUCT for reductions.
-func codedOnGPU(kind Kind, dt dtype.DType, op reduce.Op) bool {
+func codedOnGPU(kind opkind.Kind, dt dtype.DType, op reduce.Op) bool {
 	switch kind {
-	case AllReduce, ReduceScatter:
+	case opkind.AllReduce, opkind.ReduceScatter:
 		if op != reduce.Sum && op != reduce.Product {
 			return false
 		}
-	case AllGather, AllToAll, Broadcast:
+	case opkind.AllGather, opkind.AllToAll, opkind.Broadcast:
 	default:
 		return false
 	}
@@ -240,7 +219,7 @@ func codedOnGPU(kind Kind, dt dtype.DType, op reduce.Op) bool {
 func decide(op *Op, a agreement, mode switcher.Mode) Plan {
 	staged := func(why string) Plan { return Plan{Path: PathStaged, Reason: why} }
 	switch {
-	case op.Kind == Recv && op.Root < 0:
+	case op.Kind == opkind.Recv && op.Root < 0:
 		// The sender cannot know, so it could not stage its half to match.
 		return Plan{Refuse: "receiving CUDA tensors from any source is not supported (NCCL has no any-source receive); name the source rank"}
 	case a.staged != "":
@@ -250,7 +229,7 @@ func decide(op *Op, a agreement, mode switcher.Mode) Plan {
 	case !a.nccl:
 		return staged(a.ncclWhy)
 	}
-	if op.Kind.isReduction() {
+	if op.Kind.IsReduction() {
 		if _, _, _, why := ncclReduction(op.DType, op.ReduceOp, a.ncclVersion); why != "" {
 			return staged(why)
 		}
