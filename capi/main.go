@@ -94,7 +94,6 @@ func zc_comm_create(cfg *C.zc_comm_config, errBuf *C.char, errLen C.int32_t) (h 
 		writeErr(errBuf, errLen, err.Error())
 		return 0
 	}
-	cenv.Sync() // variables set since the engine was loaded
 	name := ""
 	if cfg.group_name != nil {
 		name = C.GoString(cfg.group_name)
@@ -286,7 +285,7 @@ func zc_poll(timeoutMs C.int64_t, out *C.zc_completion) (got C.int32_t) {
 //export zc_info
 func zc_info(buf *C.char, capacity C.int32_t) (n C.int32_t) {
 	defer guard(nil, buf, capacity)
-	cenv.Sync()
+	cenv.Sync() // the shim calls this holding the GIL: no os.environ write can race the walk
 	js, err := json.Marshal(sysinfo.Probe(version, os.Getenv("ZIPCCL_NCCL_LIB")))
 	if err != nil {
 		return -1

@@ -6,8 +6,10 @@
 // calls setenv) go to the C environment only: ZIPCCL_CUDA_LIB or RANK set
 // by a script before init_process_group, or by a launcher in a spawned
 // child, were invisible to os.Getenv. Packages that read the environment at
-// initialisation import this one, so that it runs first; the C ABI calls
-// Sync again when a communicator is created.
+// initialisation import this one, so that it runs first (the shim loads the
+// engine holding Python's GIL); zc_info, also called under the GIL, syncs
+// again. zc_comm_create does not: it runs without the GIL, and walking the
+// C environment while another thread's setenv moves it is unsafe.
 package cenv
 
 /*
