@@ -1,11 +1,11 @@
 package reduce
 
 import (
-	"encoding/binary"
 	"math"
 	"runtime"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/elems"
 )
 
 // This file holds a deliberately plain reference: one element at a time, on
@@ -19,30 +19,8 @@ var allDTypes = []dtype.DType{
 
 var allOps = []Op{Sum, Avg, Product, Min, Max, BAnd, BOr, BXor, PreMulSum}
 
-func load(b []byte, size, i int) uint64 {
-	switch size {
-	case 1:
-		return uint64(b[i])
-	case 2:
-		return uint64(binary.LittleEndian.Uint16(b[2*i:]))
-	case 4:
-		return uint64(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return binary.LittleEndian.Uint64(b[8*i:])
-}
-
-func store(b []byte, size, i int, v uint64) {
-	switch size {
-	case 1:
-		b[i] = byte(v)
-	case 2:
-		binary.LittleEndian.PutUint16(b[2*i:], uint16(v))
-	case 4:
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
-	default:
-		binary.LittleEndian.PutUint64(b[8*i:], v)
-	}
-}
+// load and store access one element (backend/internal/elems).
+var load, store = elems.Load, elems.Store
 
 // widen and narrow convert between a float dtype's encoding and float64
 // (exact for every format but float64 itself, which passes through).

@@ -2,7 +2,6 @@ package zcoll
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/internal/conntest"
+	"github.com/zipccl/zipccl/backend/internal/elems"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -126,30 +126,8 @@ func fromFloat(dt dtype.DType, f float64) uint64 {
 	return uint64(int64(f * 1000)) // integers: small values
 }
 
-func load(b []byte, size, i int) uint64 {
-	switch size {
-	case 1:
-		return uint64(b[i])
-	case 2:
-		return uint64(binary.LittleEndian.Uint16(b[2*i:]))
-	case 4:
-		return uint64(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return binary.LittleEndian.Uint64(b[8*i:])
-}
-
-func store(b []byte, size, i int, v uint64) {
-	switch size {
-	case 1:
-		b[i] = byte(v)
-	case 2:
-		binary.LittleEndian.PutUint16(b[2*i:], uint16(v))
-	case 4:
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
-	default:
-		binary.LittleEndian.PutUint64(b[8*i:], v)
-	}
-}
+// load and store access one element (backend/internal/elems).
+var load, store = elems.Load, elems.Store
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
