@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/elems"
 )
 
 var codedTypes = []dtype.DType{dtype.BFloat16, dtype.Float16, dtype.Float32, dtype.Float8E4M3FN, dtype.Float8E5M2}
@@ -91,15 +92,7 @@ func specials(dt dtype.DType, n int, seed uint64) []byte {
 	}
 	b := make([]byte, n*size)
 	for i := 0; i < n; i++ {
-		x := pats[r.IntN(len(pats))]
-		switch size {
-		case 1:
-			b[i] = byte(x)
-		case 2:
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(x))
-		case 4:
-			binary.LittleEndian.PutUint32(b[4*i:], x)
-		}
+		elems.Store(b, size, i, uint64(pats[r.IntN(len(pats))]))
 	}
 	return b
 }
