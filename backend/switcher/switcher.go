@@ -237,14 +237,14 @@ func Decide(in Input, th Defaults) Decision {
 		dec.Why = "link excluded from compression"
 		return dec
 	}
-	k := bestKind(in, th)
-	raw, coded := predict(in, th, codec.Raw), predict(in, th, k)
-	dec.PredRaw, dec.PredCoded = raw, coded
-	other := codec.Huff
-	if k == codec.Huff {
-		other = codec.Zip3
+	huff, zip3 := predict(in, th, codec.Huff), predict(in, th, codec.Zip3)
+	k, coded := codec.Zip3, zip3
+	if huff < zip3 {
+		k, coded = codec.Huff, huff
 	}
-	alt := fmt.Sprintf("%v %.3gs, %v %.3gs", k, coded, other, predict(in, th, other))
+	raw := predict(in, th, codec.Raw)
+	dec.PredRaw, dec.PredCoded = raw, coded
+	alt := fmt.Sprintf("huff %.3gs, zip3 %.3gs", huff, zip3)
 	if coded < (1-th.Margin)*raw {
 		dec.Zcoll, dec.Coded, dec.Kind = true, true, k
 		dec.Why = fmt.Sprintf("model: coded (%s) < raw %.3gs", alt, raw)
