@@ -21,9 +21,10 @@ namespace {
 
 // 256 threads; at most 128 registers so that two CTAs fit on an SM. Tried
 // on an H100 (benchmarks/RESULTS.md (f)): decode at three CTAs per SM (80
-// registers) was 7-12% faster from 64 MiB up but 25% slower at 16 MiB
-// (probably the uneven last wave: 512 blocks on 396 CTAs); encode at four
-// (64 registers) gained at most 4%.
+// registers) was 7-12% faster for bf16 from 64 MiB up but about 25%
+// slower at 16 MiB (probably the uneven last wave: 512 blocks on 396
+// CTAs); encode at four (64 registers) was 4-7% faster, measured only
+// together with a shared-memory carveout that cost decode.
 template <int DT>
 __global__ void __launch_bounds__(zc::kThreads, 2) k_encode(const __grid_constant__ zc::EncParams p) {
   zc::encode_cta<DT>(p);
