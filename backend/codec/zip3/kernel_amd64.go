@@ -11,7 +11,7 @@ import (
 )
 
 //go:noescape
-func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
+func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte, tbl *[16]byte) (n int, carry uint32)
 
 //go:noescape
 func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups int, base, zero uint8) int
@@ -119,15 +119,22 @@ func encodeBF16AVX512Go(r8, planes []byte, plen int, esc, src []byte, groups int
 		_ = planes[2*plen+8*pairs-1]
 		esc = growEsc(esc, 64*pairs+64)
 		var f [16]byte
-		n := encodeBF16AVX512(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], pairs, m.pf, base, b2u(zero), ^crc, &foldK, &f)
+		n, carry := encodeBF16AVX512(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], pairs, m.pf, base, b2u(zero), ^crc, &foldK, &f, &offsetCodes[b2u(zero)])
 		esc = esc[:len(esc)+n]
-		crc = crc32c.FromFold(&f)
+		crc = crc32c.FromFold(&f) ^ carry
 	}
 	if groups%2 == 1 {
 		g := groups - 1
 		esc, crc = encodeBF16Go(r8[32*g:], planes[4*g:], plen, esc, src[64*g:], 1, base, zero, crc, mem{})
 	}
 	return esc, crc
+}
+
+// offsetCodes[zero][d] is the code of the field base+d in a plain (0) or
+// zero-mode (1) window: the AVX-512 encoder's lookup table.
+var offsetCodes = [2][16]byte{
+	{1, 2, 3, 4, 5, 6, 7},
+	{2, 3, 4, 5, 6, 7},
 }
 
 func growEsc(b []byte, n int) []byte {

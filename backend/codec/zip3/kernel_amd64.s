@@ -13,6 +13,17 @@ DATA gatherLo<>+48(SB)/8, $0x6e6c6a6866646260
 DATA gatherLo<>+56(SB)/8, $0x7e7c7a7876747270
 GLOBL gatherLo<>(SB), RODATA|NOPTR, $64
 
+// Byte-gather indices: high byte of each 16-bit word of two 64-byte tables.
+DATA gatherHi<>+0(SB)/8, $0x0f0d0b0907050301
+DATA gatherHi<>+8(SB)/8, $0x1f1d1b1917151311
+DATA gatherHi<>+16(SB)/8, $0x2f2d2b2927252321
+DATA gatherHi<>+24(SB)/8, $0x3f3d3b3937353331
+DATA gatherHi<>+32(SB)/8, $0x4f4d4b4947454341
+DATA gatherHi<>+40(SB)/8, $0x5f5d5b5957555351
+DATA gatherHi<>+48(SB)/8, $0x6f6d6b6967656361
+DATA gatherHi<>+56(SB)/8, $0x7f7d7b7977757371
+GLOBL gatherHi<>(SB), RODATA|NOPTR, $64
+
 // Interleave indices: out[2i] = lo[i], out[2i+1] = hi[i] (hi = table 2, +64).
 DATA ilv0<>+0(SB)/8, $0x4303420241014000
 DATA ilv0<>+8(SB)/8, $0x4707460645054404
@@ -84,8 +95,75 @@ GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 	VPXORQ Z12, Z12, Z12 \
 	VMOVD  BX, X18
 
-// func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte) int
-TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-88
+// ENCSTEP codes 64 elements (128 source bytes) and folds them into the CRC.
+// Exponent and sign|mantissa bytes come from the gathered high (H) and low
+// (L) bytes of the words; the code is a 16-entry table lookup on the
+// saturated window offset (offsets 0..W-1 land on table entries, all others
+// on 0 = escape); ZFIX then gives zero fields code 1 in zero mode. The CRC
+// is split between two units, which together cost less than a fold of all
+// 128 bytes: the first 64 bytes fold by carry-less multiply, the second
+// 64 go through the scalar CRC32 instruction from a zero state, and their
+// remainder (BX) is XORed into the next block's first dword, where the
+// next fold picks it up (a CRC register XORed into the following data's
+// first four bytes is the same CRC). The last remainder is returned.
+#define ENCSTEP(ZFIX) \
+	PREFETCHT1 (SI)(R12*1) \
+	PREFETCHT1 64(SI)(R12*1) \
+	VMOVDQU64 (SI), Z0 \
+	VMOVDQU64 64(SI), Z1 \
+	VMOVD     BX, X5 \
+	XORL      R11, R11 \
+	CRC32Q    64(SI), R11 \
+	CRC32Q    72(SI), R11 \
+	CRC32Q    80(SI), R11 \
+	CRC32Q    88(SI), R11 \
+	CRC32Q    96(SI), R11 \
+	CRC32Q    104(SI), R11 \
+	CRC32Q    112(SI), R11 \
+	CRC32Q    120(SI), R11 \
+	MOVQ      R11, BX \
+	VPCLMULQDQ $0x00, Z17, Z11, Z15 \
+	VPCLMULQDQ $0x11, Z17, Z11, Z11 \
+	VPTERNLOGD $0x96, Z15, Z0, Z11 \
+	VPXORQ    Z5, Z11, Z11 \
+	VMOVDQA64 Z0, Z2 \
+	VPERMT2B  Z1, Z24, Z2 \
+	VPERMT2B  Z1, Z19, Z0 \
+	VPADDB    Z0, Z0, Z3 \
+	VPSRLW    $7, Z2, Z4 \
+	VPTERNLOGD $0xF8, Z23, Z4, Z3 \
+	VPTERNLOGD $0xE4, Z25, Z0, Z2 \
+	VMOVDQU64 Z2, (DI) \
+	VPSUBB    Z20, Z3, Z8 \
+	VPADDUSB  Z30, Z8, Z8 \
+	VPSHUFB   Z8, Z31, Z9 \
+	ZFIX \
+	VPTESTNMB Z9, Z9, K4 \
+	VPTESTMB  Z23, Z9, K5 \
+	KMOVQ     K5, AX \
+	MOVQ      AX, (DX) \
+	VPTESTMB  Z26, Z9, K5 \
+	KMOVQ     K5, AX \
+	MOVQ      AX, (R8) \
+	VPTESTMB  Z27, Z9, K5 \
+	KMOVQ     K5, AX \
+	MOVQ      AX, (R9) \
+	VPCOMPRESSB Z3, K4, Z10 \
+	VMOVDQU64 Z10, (R10) \
+	KMOVQ     K4, AX \
+	POPCNTQ   AX, AX \
+	ADDQ      AX, R10 \
+	ADDQ      $128, SI \
+	ADDQ      $64, DI \
+	ADDQ      $8, DX \
+	ADDQ      $8, R8 \
+	ADDQ      $8, R9
+
+#define ZEROFIX VPTESTNMB Z3, Z3, K2; VMOVDQU8 Z23, K2, Z9
+#define NOFIX
+
+// func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte, tbl *[16]byte) (n int, carry uint32)
+TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-100
 	MOVQ src+0(FP), SI
 	MOVQ r8+8(FP), DI
 	MOVQ planes+16(FP), DX
@@ -95,18 +173,17 @@ TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-88
 	MOVQ esc+32(FP), R10
 	MOVQ pairs+40(FP), CX
 	MOVQ pf+48(FP), R12
-	MOVL state+60(FP), BX
-	MOVQ k+64(FP), AX
-	CRCSETUP
+	MOVQ k+64(FP), R14
+	VBROADCASTI32X4 (R14), Z17 // fold by 1024 bits
+	VPXORQ Z11, Z11, Z11
+	VPXORQ Z12, Z12, Z12 // FOLDFINISH's newer half: the zeros the scalar unit stood in for
+	MOVL state+60(FP), BX // folded into the first block's first dword
+	MOVQ tbl+80(FP), AX
+	VBROADCASTI32X4 (AX), Z31 // code of window offset 0..15
 	MOVBQZX base+56(FP), AX
 	VPBROADCASTB AX, Z20
-	MOVBQZX zero+57(FP), BX
-	MOVQ $7, AX
-	SUBQ BX, AX
-	VPBROADCASTB AX, Z21 // window width W: 7, or 6 in zero mode
-	MOVQ $1, AX
-	ADDQ BX, AX
-	VPBROADCASTB AX, Z22 // code of field base: 1, or 2 in zero mode
+	MOVQ $0x70, AX
+	VPBROADCASTB AX, Z30
 	MOVQ $1, AX
 	VPBROADCASTB AX, Z23
 	MOVQ $2, AX
@@ -116,68 +193,30 @@ TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-88
 	MOVQ $0x7f, AX
 	VPBROADCASTB AX, Z25
 	VMOVDQU64 gatherLo<>(SB), Z24
-	NEGQ BX // 0 or all ones
-	KMOVQ BX, K7
+	VMOVDQU64 gatherHi<>(SB), Z19
 	TESTQ CX, CX
 	JZ   edone
+	MOVBQZX zero+57(FP), AX
+	TESTQ AX, AX
+	JNZ  ezloop
 
 eloop:
-	// the next block, pf bytes on, goes to L2 while this one is coded
-	PREFETCHT1 (SI)(R12*1)
-	PREFETCHT1 64(SI)(R12*1)
-	VMOVDQU64 (SI), Z0
-	VMOVDQU64 64(SI), Z1
-	FOLD2(Z0, Z1)
-	VPSRLW    $7, Z0, Z2
-	VPSRLW    $7, Z1, Z3
-	VPERMT2B  Z3, Z24, Z2 // exponent bytes
-	VPSRLW    $8, Z0, Z4
-	VPSRLW    $8, Z1, Z5
-	VMOVDQA64 Z25, Z6
-	VPTERNLOGD $0xCA, Z4, Z0, Z6 // 0x7f ? w : w>>8
-	VMOVDQA64 Z25, Z7
-	VPTERNLOGD $0xCA, Z5, Z1, Z7
-	VPERMT2B  Z7, Z24, Z6 // sign|mantissa bytes
-	VMOVDQU64 Z6, (DI)
-
-	VPSUBB    Z20, Z2, Z8 // d = e - base
-	VPCMPUB   $1, Z21, Z8, K1 // d < W
-	VPADDB.Z  Z22, Z8, K1, Z9
-	VPTESTNMB Z2, Z2, K2 // e == 0
-	KANDQ     K7, K2, K2
-	VMOVDQU8  Z23, K2, Z9
-	KORQ      K1, K2, K3
-	KNOTQ     K3, K4 // escapes
-
-	VPTESTMB Z23, Z9, K5
-	KMOVQ    K5, AX
-	MOVQ     AX, (DX)
-	VPTESTMB Z26, Z9, K5
-	KMOVQ    K5, AX
-	MOVQ     AX, (R8)
-	VPTESTMB Z27, Z9, K5
-	KMOVQ    K5, AX
-	MOVQ     AX, (R9)
-
-	VPCOMPRESSB Z2, K4, Z10
-	VMOVDQU64   Z10, (R10)
-	KMOVQ       K4, AX
-	POPCNTQ     AX, AX
-	ADDQ        AX, R10
-
-	ADDQ $128, SI
-	ADDQ $64, DI
-	ADDQ $8, DX
-	ADDQ $8, R8
-	ADDQ $8, R9
+	ENCSTEP(NOFIX)
 	DECQ CX
 	JNZ  eloop
+	JMP  edone
+
+ezloop:
+	ENCSTEP(ZEROFIX)
+	DECQ CX
+	JNZ  ezloop
 
 edone:
 	MOVQ fold+72(FP), AX
 	FOLDFINISH
 	SUBQ esc+32(FP), R10
-	MOVQ R10, ret+80(FP)
+	MOVQ R10, n+88(FP)
+	MOVL BX, carry+96(FP)
 	VZEROUPPER
 	RET
 
