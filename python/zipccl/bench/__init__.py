@@ -14,6 +14,8 @@ import argparse
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from ..netharness.shaping import TCP_CC_HELP
+
 
 def _configure_collectives(p: argparse.ArgumentParser) -> None:
     from .collectives import configure
@@ -32,6 +34,7 @@ def _configure_link(p: argparse.ArgumentParser) -> None:
                    help="ranks (default 3: enough for the shared-downlink check)")
     p.add_argument("--link-rate", default="1gbit", help="per-rank link rate (default 1gbit)")
     p.add_argument("--delay", default=None, help="one-way delay, e.g. 1ms")
+    p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--seconds", type=float, default=3.0, help="length of each measurement (default 3)")
 
 
@@ -40,7 +43,11 @@ def _run_link(args: argparse.Namespace) -> int:
 
     from ..netharness import LinkSpec, Network, NetworkError, check_links, round_trip
 
-    link = LinkSpec.parse(args.link_rate, args.delay)
+    try:
+        link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
+    except ValueError as exc:
+        print(f"zipccl bench link: {exc}", file=sys.stderr)
+        return 2
     try:
         with Network(args.world_size, link) as net:
             print(f"network: {net.describe()}")

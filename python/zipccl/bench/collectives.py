@@ -18,7 +18,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ..netharness import LinkSpec, Network, NetworkError, RanksFailed, check_links, launch_ranks
+from ..netharness import TCP_CC_HELP, LinkSpec, Network, NetworkError, RanksFailed, check_links, launch_ranks
 from ..netharness.topology import IFNAME
 from . import report
 from .progress import progress_bar
@@ -36,6 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-rate", default=None,
                    help="per-rank link rate, e.g. 1gbit, 10gbit, 25gbit (default: unshaped)")
     p.add_argument("--delay", default=None, help="one-way rank-to-rank delay, e.g. 100us, 1ms (default 0)")
+    p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--no-netns", action="store_true", help="run on loopback, unshaped, without namespaces")
     p.add_argument("--ops", default="all", help="comma list of all_gather, all_reduce, reduce_scatter, all_to_all, "
                    "broadcast, send_recv, or 'all' (default)")
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args)
-        link = LinkSpec.parse(args.link_rate, args.delay)
+        link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
     except ValueError as exc:
         print(f"zipccl bench: {exc}", file=sys.stderr)
         return 2

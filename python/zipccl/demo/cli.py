@@ -19,7 +19,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ..netharness import IFNAME, LinkSpec, Network, NetworkError, RanksFailed, launch_ranks
+from ..netharness import IFNAME, TCP_CC_HELP, LinkSpec, Network, NetworkError, RanksFailed, launch_ranks
 from . import report
 from .train import EVENT_PREFIX
 
@@ -38,6 +38,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", "-n", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--link-rate", default="1gbit", help="per-rank link rate when root (default 1gbit)")
     p.add_argument("--delay", default=None, help="one-way delay, e.g. 100us")
+    p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--no-netns", action="store_true", help="loopback, unshaped")
     p.add_argument("--steps", type=int, default=100, help="training steps per run (default 100)")
     p.add_argument("--modes", default="ddp,fsdp", help="ddp, fsdp or both (default ddp,fsdp)")
@@ -123,7 +124,11 @@ def _run(args: argparse.Namespace) -> int:
         print("zipccl demo: --modes takes ddp, fsdp or ddp,fsdp", file=sys.stderr)
         return 2
     started = time.monotonic()
-    link = LinkSpec.parse(args.link_rate, args.delay)
+    try:
+        link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
+    except ValueError as exc:
+        print(f"zipccl demo: {exc}", file=sys.stderr)
+        return 2
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     with Network(args.world_size, link, use_netns=not args.no_netns) as net:
         print(f"zipccl demo: a byte-level GPT on {args.world_size} ranks, {args.steps} steps per run, "

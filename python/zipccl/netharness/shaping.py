@@ -9,6 +9,9 @@ rack of training hosts looks like to the collectives.
 Each end gets a token bucket (tbf) as root qdisc; a one-way delay, when asked
 for, is a netem child of the bucket, half on each end, so two ranks see
 ``delay`` one way and ``2 * delay`` round trip.
+
+The ranks' traffic uses one TCP congestion control, set on each namespace's
+route to the others (cubic unless told otherwise, see DEFAULT_TCP_CC).
 """
 
 from __future__ import annotations
@@ -58,19 +61,44 @@ def format_rate(bits_per_s: float) -> str:
     return f"{bits_per_s:.0f} bit/s"
 
 
+# The TCP congestion control the emulated hosts run unless told otherwise:
+# Linux's default. The namespaces would otherwise inherit whatever this
+# machine's root namespace uses (BBR here), which is a property of the
+# machine running the emulation, not of the hosts being emulated.
+DEFAULT_TCP_CC = "cubic"
+
+
+TCP_CC_HELP = ("TCP congestion control of the ranks' links in namespaces (default cubic, Linux's default; "
+               "'system' keeps the one this machine's namespaces inherit)")
+
+
+def parse_tcp_cc(text: str | None) -> str | None:
+    """A congestion-control name for the ranks' routes, or None for "system"
+    (keep the namespace default)."""
+    name = (text or DEFAULT_TCP_CC).strip().lower()
+    if name == "system":
+        return None
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"bad TCP congestion control {text!r} (a name such as cubic, reno, bbr, or 'system')")
+    return name
+
+
 @dataclass(frozen=True)
 class LinkSpec:
-    """What every rank's link looks like: rate in bit/s (None: unshaped) and
-    one-way rank-to-rank delay in seconds."""
+    """What every rank's link looks like: rate in bit/s (None: unshaped),
+    one-way rank-to-rank delay in seconds, and the TCP congestion control of
+    the ranks' traffic (None: the namespace's default)."""
 
     rate_bps: int | None = None
     delay_s: float = 0.0
+    tcp_cc: str | None = DEFAULT_TCP_CC
 
     @classmethod
-    def parse(cls, rate: str | None, delay: str | None = None) -> "LinkSpec":
+    def parse(cls, rate: str | None, delay: str | None = None, tcp_cc: str | None = None) -> "LinkSpec":
         return cls(
             rate_bps=parse_rate(rate) if rate else None,
             delay_s=parse_delay(delay) if delay else 0.0,
+            tcp_cc=parse_tcp_cc(tcp_cc),
         )
 
     @property
@@ -82,6 +110,9 @@ class LinkSpec:
         if self.delay_s:
             rate += f", {self.delay_s * 1e3:g} ms one way"
         return rate
+
+    def describe_tcp(self) -> str:
+        return f"TCP {self.tcp_cc}" if self.tcp_cc else "TCP: the namespace default"
 
 
 def tc_commands(dev: str, spec: LinkSpec) -> list[list[str]]:

@@ -46,6 +46,14 @@ def _run(args: list[str], check: bool = True) -> subprocess.CompletedProcess[str
     return proc
 
 
+def _available_tcp_cc() -> str:
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
 def _pid_alive(pid: int) -> bool:
     """True if pid is a live process that could own a harness (a python)."""
     if pid == os.getpid():
@@ -159,7 +167,7 @@ class Network:
         if self.mode == "netns":
             return (
                 f"{self.world_size} network namespaces on a bridge, each link "
-                f"{self.link.describe()} (tc on both veth ends)"
+                f"{self.link.describe()} (tc on both veth ends), {self.link.describe_tcp()}"
             )
         return f"loopback, unshaped ({self.reason})"
 
@@ -226,6 +234,19 @@ class Network:
             _run(["ip", "-n", ns, "addr", "add", f"{SUBNET}.{rank + 1}/24", "dev", IFNAME])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             _run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
+            if self.link.tcp_cc:
+                # Per route rather than the namespace's default: a namespace
+                # may only pick from the root's allowed list, a route may
+                # name any congestion control the kernel has.
+                try:
+                    _run(["ip", "-n", ns, "route", "replace", f"{SUBNET}.0/24", "dev", IFNAME,
+                          "congctl", self.link.tcp_cc])
+                except NetworkError as exc:
+                    raise NetworkError(
+                        f"TCP congestion control {self.link.tcp_cc!r} is not available here "
+                        f"(the kernel has: {_available_tcp_cc()}); pick one of those with --tcp-cc, "
+                        f"or --tcp-cc system: {exc}"
+                    ) from exc
             _run(["ip", "link", "set", host_end, "master", bridge])
             _run(["ip", "link", "set", host_end, "up"])
             for args in tc_commands(IFNAME, self.link):
