@@ -19,7 +19,7 @@ stamp "issue2 n=4 unpinned"
 python3 -m zipccl bench collectives --no-netns --no-pin --world-size 4 --ops all_reduce,all_gather --dtype float32 --sizes 1M-256M --compress never --rounds 5 --csv $R/issue2-loopback-4ranks-unpinned.csv 2>&1 | grep -v "^bench \["
 for data in real gaussian random; do
   stamp "shaped 1gbit $data"
-  python3 -m zipccl bench collectives --world-size 4 --link-rate 1gbit --ops all --dtype bfloat16 --sizes 64M --backends gloo,zipccl,zipccl:never --data $data --rounds 5 --csv $R/shaped-1gbit-4ranks-bf16-64M-$data.csv 2>&1 | grep -v "^bench \["
+  python3 -m zipccl bench collectives --world-size 4 --link-rate 1gbit --ops all --dtype bfloat16 --sizes 64M --backends gloo,zipccl,zipccl:never --data $data --rounds 5 --csv $R/shaped-1gbit-4ranks-bf16-64M-$data-cubic.csv 2>&1 | grep -v "^bench \["
 done
 stamp "switcher loopback gaussian"
 python3 -m zipccl bench collectives --no-netns --world-size 4 --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1M,4M,16M,64M,256M --dtype bfloat16 --backends gloo,zipccl,zipccl:never --data gaussian --rounds 3 --csv $R/loopback-4ranks-bf16-gaussian-switcher.csv 2>&1 | grep -v "^bench \["

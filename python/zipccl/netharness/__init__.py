@@ -12,19 +12,20 @@ by path, so it starts in milliseconds inside a namespace.
 
 from .launch import RankResult, RanksFailed, cpu_plan, launch_ranks
 from .ratecheck import RateCheck, check_links, round_trip
-from .shaping import DEFAULT_TCP_CC, TCP_CC_HELP, LinkSpec, format_rate, parse_delay, parse_rate, parse_tcp_cc, tc_commands
+from .shaping import (DEFAULT_TCP_CC, TCP_CC_HELP, LinkSpec, format_rate, parse_delay, parse_rate, parse_tcp_cc,
+                      tc_commands)
 from .topology import IFNAME, Network, NetworkError, cleanup_stale, netns_unavailable_reason, nic_bytes
 
 __all__ = [
     "DEFAULT_TCP_CC",
     "IFNAME",
-    "TCP_CC_HELP",
     "LinkSpec",
     "Network",
     "NetworkError",
     "RankResult",
     "RanksFailed",
     "RateCheck",
+    "TCP_CC_HELP",
     "check_links",
     "cleanup_stale",
     "cpu_plan",

@@ -62,11 +62,10 @@ def format_rate(bits_per_s: float) -> str:
 
 
 # The TCP congestion control the emulated hosts run unless told otherwise:
-# Linux's default. The namespaces would otherwise inherit whatever this
-# machine's root namespace uses (BBR here), which is a property of the
-# machine running the emulation, not of the hosts being emulated.
+# Linux's default. The namespaces would otherwise inherit whatever the
+# machine running the emulation uses (BBR on the one these benchmarks were
+# tuned on), which says nothing about the hosts being emulated.
 DEFAULT_TCP_CC = "cubic"
-
 
 TCP_CC_HELP = ("TCP congestion control of the ranks' links in namespaces (default cubic, Linux's default; "
                "'system' keeps the one this machine's namespaces inherit)")
