@@ -87,21 +87,10 @@ func TestPortableMatchesKernel(t *testing.T) {
 		make([]byte, 2*16384),
 	}
 	for ii, src := range inputs {
-		n := len(src) / 2
-		w := ChooseWindow(BF16, src, n)
-		var e Encoder
-		restore := UsePortable()
-		st1 := make([]byte, StaticLen(BF16, n))
-		esc1, _, crc1 := e.EncodeBlock(st1, nil, src, BF16, w)
-		restore()
-		for _, kn := range Kernels() {
-			restore := UseKernel(kn)
-			st2 := make([]byte, StaticLen(BF16, n))
-			esc2, _, crc2 := e.EncodeBlock(st2, nil, src, BF16, w)
-			restore()
-			if !bytes.Equal(st1, st2) || !bytes.Equal(esc1, esc2) || crc1 != crc2 || crc1 != crc32c.Checksum(src) {
-				t.Fatalf("input %d (window %+v): kernel %s output differs from portable", ii, w, kn)
-			}
+		w := ChooseWindow(BF16, src, len(src)/2)
+		st1, esc1, crc1 := encodeEachKernel(t, src, w)
+		if crc1 != crc32c.Checksum(src) {
+			t.Fatalf("input %d: wrong CRC", ii)
 		}
 		for _, kn := range Kernels() {
 			portable := kn
@@ -138,29 +127,36 @@ func TestKernelsEveryWindow(t *testing.T) {
 	for i := 0; i < 512; i += 5 {
 		src[2*i], src[2*i+1] = 0, byte(i)&0x80 // zero fields, for zero mode
 	}
-	n := len(src) / 2
 	for _, mode := range []uint8{ModePlain, ModeZero} {
 		for base := 0; base < 256; base++ {
-			w := Window{Mode: mode, Base: uint8(base)}
-			if !w.Valid(BF16) {
-				continue
-			}
-			var e Encoder
-			restore := UsePortable()
-			st1 := make([]byte, StaticLen(BF16, n))
-			esc1, _, crc1 := e.EncodeBlock(st1, nil, src, BF16, w)
-			restore()
-			for _, kn := range Kernels() {
-				restore := UseKernel(kn)
-				st2 := make([]byte, StaticLen(BF16, n))
-				esc2, _, crc2 := e.EncodeBlock(st2, nil, src, BF16, w)
-				restore()
-				if !bytes.Equal(st1, st2) || !bytes.Equal(esc1, esc2) || crc1 != crc2 {
-					t.Fatalf("window %+v: kernel %s output differs from portable", w, kn)
-				}
+			if w := (Window{Mode: mode, Base: uint8(base)}); w.Valid(BF16) {
+				encodeEachKernel(t, src, w)
 			}
 		}
 	}
+}
+
+// encodeEachKernel encodes the bf16 block src with window w by the portable
+// encoder and by every kernel set, fails the test where a kernel's bytes or
+// CRC differ, and returns the portable encoder's output.
+func encodeEachKernel(t *testing.T, src []byte, w Window) (st, esc []byte, crc uint32) {
+	t.Helper()
+	n := len(src) / 2
+	var e Encoder
+	restore := UsePortable()
+	st = make([]byte, StaticLen(BF16, n))
+	esc, _, crc = e.EncodeBlock(st, nil, src, BF16, w)
+	restore()
+	for _, kn := range Kernels() {
+		restore := UseKernel(kn)
+		st2 := make([]byte, StaticLen(BF16, n))
+		esc2, _, crc2 := e.EncodeBlock(st2, nil, src, BF16, w)
+		restore()
+		if !bytes.Equal(st, st2) || !bytes.Equal(esc, esc2) || crc != crc2 {
+			t.Fatalf("n=%d window %+v: kernel %s output differs from portable", n, w, kn)
+		}
+	}
+	return st, esc, crc
 }
 
 // TestMemHints checks that the memory hints (Ahead prefetches, Stream's
