@@ -96,6 +96,8 @@ GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 	VMOVD  BX, X18
 
 // ENCSTEP codes 64 elements (128 source bytes) and folds them into the CRC.
+// It first sends the same lines of the next block (pf bytes on) to L2, so
+// that neither that block's window sample nor its coding waits on memory.
 // Exponent and sign|mantissa bytes come from the gathered high (H) and low
 // (L) bytes of the words; the code is a 16-entry table lookup on the
 // saturated window offset (offsets 0..W-1 land on table entries, all others
@@ -103,7 +105,7 @@ GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 // is split between two units, which together cost less than a fold of all
 // 128 bytes: the first 64 bytes fold by carry-less multiply, the second
 // 64 go through the scalar CRC32 instruction from a zero state, and their
-// remainder (BX) is XORed into the next block's first dword, where the
+// remainder (BX) is XORed into the next step's first dword, where the
 // next fold picks it up (a CRC register XORed into the following data's
 // first four bytes is the same CRC). The last remainder is returned.
 #define ENCSTEP(ZFIX) \
@@ -177,7 +179,7 @@ TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-100
 	VBROADCASTI32X4 (R14), Z17 // fold by 1024 bits
 	VPXORQ Z11, Z11, Z11
 	VPXORQ Z12, Z12, Z12 // FOLDFINISH's newer half: the zeros the scalar unit stood in for
-	MOVL state+60(FP), BX // folded into the first block's first dword
+	MOVL state+60(FP), BX // XORed into the first step's first dword
 	MOVQ tbl+80(FP), AX
 	VBROADCASTI32X4 (AX), Z31 // code of window offset 0..15
 	MOVBQZX base+56(FP), AX
