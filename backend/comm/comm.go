@@ -153,7 +153,7 @@ func (c *Comm) Submit(op *Op) error {
 	}
 	c.active.Add(1)
 	t := &task{op: op, start: time.Now()}
-	if op.isCollective() {
+	if !op.Kind.IsP2P() {
 		t.seq = c.seq
 		c.seq++
 		c.queue = append(c.queue, t)

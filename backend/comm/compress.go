@@ -71,24 +71,6 @@ func (c *Comm) publish() {
 	c.shared.Store(&z)
 }
 
-// switcherOp maps an op kind to the switcher's collectives; ok is false
-// for ops that are never coded.
-func switcherOp(k opkind.Kind) (switcher.Op, bool) {
-	switch k {
-	case opkind.AllReduce:
-		return switcher.AllReduce, true
-	case opkind.ReduceScatter:
-		return switcher.ReduceScatter, true
-	case opkind.AllGather:
-		return switcher.AllGather, true
-	case opkind.AllToAll:
-		return switcher.AllToAll, true
-	case opkind.Broadcast:
-		return switcher.Broadcast, true
-	}
-	return 0, false
-}
-
 // payload is the op's size as the switcher counts it.
 func payload(op *Op) int {
 	switch op.Kind {
@@ -104,7 +86,7 @@ func payload(op *Op) int {
 }
 
 func (c *Comm) switcherInput(op *Op) (switcher.Input, bool) {
-	sop, ok := switcherOp(op.Kind)
+	sop, ok := switcher.OpOf(op.Kind)
 	if !ok {
 		return switcher.Input{}, false
 	}

@@ -124,7 +124,7 @@ func sizesHash(op *Op, bufs [][]byte) uint64 {
 // every rank. Per-pair lengths (all_to_all) are checked message by message.
 func describe(op *Op, rank int) descFields {
 	f := descFields{kind: op.Kind, dt: op.DType, redop: noReduce, root: -1}
-	if op.isReduction() {
+	if op.Kind.IsReduction() {
 		f.redop = uint8(op.ReduceOp)
 	}
 	switch op.Kind {

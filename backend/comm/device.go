@@ -150,7 +150,7 @@ func (c *Comm) submitDevice(op *Op) error {
 	t := &task{op: op, start: time.Now()}
 	g := c.gpuOp(op)
 	source := -1
-	if op.Kind == opkind.Send || op.Kind == opkind.Recv {
+	if op.Kind.IsP2P() {
 		source = op.Root
 	}
 	g.OnDone = func(err error) {

@@ -232,7 +232,7 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 		a.Op = reduce.Sum
 	case reduce.PreMulSum:
 		a.Op = reduce.Sum
-		if op.isReduction() {
+		if op.Kind.IsReduction() {
 			a.In = c.premultiplied(op)
 			defer c.releaseScaled(op, a.In)
 		}
@@ -243,7 +243,7 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 	} else {
 		err = runPlain(ctx, conn, op, a)
 	}
-	if err != nil || op.ReduceOp != reduce.Avg || !op.isReduction() {
+	if err != nil || op.ReduceOp != reduce.Avg || !op.Kind.IsReduction() {
 		return err
 	}
 	if op.Kind != opkind.Reduce || c.cfg.Rank == op.Root {

@@ -30,16 +30,6 @@ type Op struct {
 	Dev      *DeviceOp // non-nil: CUDA device memory, the GPU path (device.go)
 }
 
-func (op *Op) isReduction() bool {
-	switch op.Kind {
-	case opkind.AllReduce, opkind.Reduce, opkind.ReduceScatter:
-		return true
-	}
-	return false
-}
-
-func (op *Op) isCollective() bool { return op.Kind != opkind.Send && op.Kind != opkind.Recv }
-
 // numel of a buffer, in elements of the op's dtype.
 func (op *Op) numel(b []byte) int64 {
 	if s := op.DType.Size(); s > 0 {
@@ -53,7 +43,7 @@ func (op *Op) validate(rank, size int) error {
 	if op.Kind != opkind.Barrier && !op.DType.Valid() {
 		return invalidf("%s: unsupported dtype code %d", op.Kind, uint8(op.DType))
 	}
-	if op.isReduction() {
+	if op.Kind.IsReduction() {
 		if err := reduce.Check(op.DType, op.ReduceOp); err != nil {
 			return invalidf("%s: %s", op.Kind, strings.TrimPrefix(err.Error(), "zipccl: "))
 		}

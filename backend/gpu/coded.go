@@ -32,20 +32,6 @@ import (
 // every rank).
 var forceCodedNVLink = os.Getenv("ZIPCCL_GPU_COMPRESS_NVLINK") == "1"
 
-func switcherOp(k opkind.Kind) switcher.Op {
-	switch k {
-	case opkind.AllReduce:
-		return switcher.AllReduce
-	case opkind.ReduceScatter:
-		return switcher.ReduceScatter
-	case opkind.AllGather:
-		return switcher.AllGather
-	case opkind.AllToAll:
-		return switcher.AllToAll
-	}
-	return switcher.Broadcast
-}
-
 func sumBytes(bufs []Buf) int {
 	n := 0
 	for _, b := range bufs {
@@ -109,7 +95,8 @@ func (g *Group) wantCoded(op *Op, a agreement, c ncclComm, deadline time.Time) (
 		// Never over NVLink, whatever the mode.
 		return switcher.Decision{Why: "NVLink: never coded"}, false
 	}
-	in := switcher.Input{Op: switcherOp(op.Kind), DType: op.DType, Bytes: payload(op), Ranks: g.cfg.Size, Mode: g.cfg.Mode}
+	sop, _ := switcher.OpOf(op.Kind) // codedOnGPU admits only kinds it knows
+	in := switcher.Input{Op: sop, DType: op.DType, Bytes: payload(op), Ranks: g.cfg.Size, Mode: g.cfg.Mode}
 	if g.cfg.Mode == switcher.Auto && !g.profile.Measured && !g.probed && in.Bytes >= g.cfg.Thresholds.CompressMin {
 		g.probed = true
 		if err := g.probe(op, c, deadline); err != nil {

@@ -376,34 +376,43 @@ func newWorld(t *testing.T, o worldOpts) *world {
 	return w
 }
 
+// each runs f on every rank's group at once and returns a channel closed
+// when all have returned.
+func (w *world) each(f func(r int, g *Group)) <-chan struct{} {
+	var wg sync.WaitGroup
+	for r, g := range w.groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(r, g)
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	return finished
+}
+
 // run submits mk(rank)'s op on every rank at once and waits for every
 // completion; errs[r] is the submit error or the completion's.
 func (w *world) run(mk func(rank int) *Op) []error {
 	w.t.Helper()
 	errs := make([]error, len(w.groups))
-	var wg sync.WaitGroup
-	for r, g := range w.groups {
-		wg.Add(1)
-		go func(r int, g *Group) {
-			defer wg.Done()
-			op := mk(r)
-			if op.Timeout == 0 {
-				op.Timeout = w.o.timeout
-			}
-			if op.Label == "" {
-				op.Label = fmt.Sprintf("op%d", op.Kind)
-			}
-			done := make(chan error, 1)
-			op.OnDone = func(err error) { done <- err }
-			if err := g.Submit(op); err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = <-done
-		}(r, g)
-	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
+	finished := w.each(func(r int, g *Group) {
+		op := mk(r)
+		if op.Timeout == 0 {
+			op.Timeout = w.o.timeout
+		}
+		if op.Label == "" {
+			op.Label = fmt.Sprintf("op%d", op.Kind)
+		}
+		done := make(chan error, 1)
+		op.OnDone = func(err error) { done <- err }
+		if err := g.Submit(op); err != nil {
+			errs[r] = err
+			return
+		}
+		errs[r] = <-done
+	})
 	select {
 	case <-finished:
 	case <-time.After(2 * w.o.timeout):
@@ -418,15 +427,7 @@ func (w *world) planAll(mk func() *Op) []Plan {
 	w.t.Helper()
 	plans := make([]Plan, len(w.groups))
 	errs := make([]error, len(w.groups))
-	var wg sync.WaitGroup
-	for r, g := range w.groups {
-		wg.Add(1)
-		go func(r int, g *Group) {
-			defer wg.Done()
-			plans[r], errs[r] = g.Plan(mk())
-		}(r, g)
-	}
-	wg.Wait()
+	<-w.each(func(r int, g *Group) { plans[r], errs[r] = g.Plan(mk()) })
 	noErrors(w.t, "plan", errs)
 	return plans
 }
@@ -713,23 +714,17 @@ func TestUncodedOpsThroughFakeNCCL(t *testing.T) {
 			rbuf[r] = hold(make([]byte, 4*count))
 		}
 		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for r, g := range w.groups {
-			wg.Add(1)
-			go func(r int, g *Group) {
-				defer wg.Done()
-				done := make(chan error, 2)
-				right, left := (r+1)%n, (r+n-1)%n
-				send := &Op{Kind: opkind.Send, DType: dtype.Float32, Root: right, In: []Buf{b(sbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "send", OnDone: func(e error) { done <- e }}
-				recv := &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: left, Out: []Buf{b(rbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "recv", OnDone: func(e error) { done <- e }}
-				if err := errors.Join(g.Submit(send), g.Submit(recv), g.Flush()); err != nil {
-					errs[r] = err
-					return
-				}
-				errs[r] = errors.Join(<-done, <-done)
-			}(r, g)
-		}
-		wg.Wait()
+		<-w.each(func(r int, g *Group) {
+			done := make(chan error, 2)
+			right, left := (r+1)%n, (r+n-1)%n
+			send := &Op{Kind: opkind.Send, DType: dtype.Float32, Root: right, In: []Buf{b(sbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "send", OnDone: func(e error) { done <- e }}
+			recv := &Op{Kind: opkind.Recv, DType: dtype.Float32, Root: left, Out: []Buf{b(rbuf[r])}, Defer: true, Timeout: 10 * time.Second, Label: "recv", OnDone: func(e error) { done <- e }}
+			if err := errors.Join(g.Submit(send), g.Submit(recv), g.Flush()); err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = errors.Join(<-done, <-done)
+		})
 		noErrors(t, "ring", errs)
 		for r := 0; r < n; r++ {
 			if string(rbuf[r]) != string(input((r+n-1)%n)) {

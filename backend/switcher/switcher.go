@@ -25,6 +25,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
 )
 
 // Mode is the user's compression setting (ZIPCCL_COMPRESS or the group's
@@ -81,6 +82,24 @@ func (o Op) String() string {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// OpOf maps an operation kind to the collective the switcher decides for;
+// ok is false for kinds that are never coded.
+func OpOf(k opkind.Kind) (op Op, ok bool) {
+	switch k {
+	case opkind.AllReduce:
+		return AllReduce, true
+	case opkind.ReduceScatter:
+		return ReduceScatter, true
+	case opkind.AllGather:
+		return AllGather, true
+	case opkind.AllToAll:
+		return AllToAll, true
+	case opkind.Broadcast:
+		return Broadcast, true
+	}
+	return 0, false
 }
 
 // Profile is what the group measured about itself, agreed by all ranks:
