@@ -19,7 +19,8 @@ import (
 // it costs latency only on ops too small to hide it. Barrier is this check
 // alone. The same exchange carries each rank's compression-ratio estimates
 // for the op's data, folded to the group's minimum, which the switcher uses
-// for later ops.
+// for later ops, and the time each rank spent in the previous collective,
+// which the switcher's feedback uses.
 
 // Reserved slots (the top bit is the engine's).
 const (
@@ -62,7 +63,7 @@ func (c *Comm) fold(ctx context.Context, seq uint64, slot uint32, desc *transpor
 // The check's record: two votes, then the telemetry.
 const (
 	voteLen   = transport.DescLen + 4
-	teleLen   = 16
+	teleLen   = 24
 	recordLen = 2*voteLen + teleLen
 )
 
@@ -72,17 +73,23 @@ type telemetry struct {
 	// 0 when not estimated. Folded to the minimum over the ranks that
 	// estimated.
 	zip3, huff float64
+	// prev: the seconds this rank spent in the previous collective (see
+	// lastCall; 0 if it is not timed, +Inf if it failed), folded by
+	// foldPrev.
+	prev float64
 }
 
 func putTelemetry(b []byte, t telemetry) {
 	binary.LittleEndian.PutUint64(b, math.Float64bits(t.zip3))
 	binary.LittleEndian.PutUint64(b[8:], math.Float64bits(t.huff))
+	binary.LittleEndian.PutUint64(b[16:], math.Float64bits(t.prev))
 }
 
 func getTelemetry(b []byte) telemetry {
 	return telemetry{
 		zip3: math.Float64frombits(binary.LittleEndian.Uint64(b)),
 		huff: math.Float64frombits(binary.LittleEndian.Uint64(b[8:])),
+		prev: math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
 	}
 }
 
@@ -97,6 +104,18 @@ func minKnown(a, b float64) float64 {
 	return min(a, b)
 }
 
+// foldPrev folds two ranks' times of the previous collective to the
+// shortest, +Inf (a failure) winning. A rank's time runs from when it
+// entered the call, so all but the last rank to arrive also count their
+// wait for it: the shortest is the call's own duration, free of the skew
+// between ranks (which has nothing to do with how the call ran).
+func foldPrev(a, b float64) float64 {
+	if math.IsInf(a, 1) || math.IsInf(b, 1) {
+		return math.Inf(1)
+	}
+	return min(a, b)
+}
+
 func mergeRecord(mine, theirs []byte) {
 	if bytes.Compare(theirs[:transport.DescLen], mine[:transport.DescLen]) < 0 {
 		copy(mine[:voteLen], theirs[:voteLen])
@@ -105,7 +124,7 @@ func mergeRecord(mine, theirs []byte) {
 		copy(mine[voteLen:2*voteLen], theirs[voteLen:2*voteLen])
 	}
 	a, b := getTelemetry(mine[2*voteLen:]), getTelemetry(theirs[2*voteLen:])
-	putTelemetry(mine[2*voteLen:], telemetry{zip3: minKnown(a.zip3, b.zip3), huff: minKnown(a.huff, b.huff)})
+	putTelemetry(mine[2*voteLen:], telemetry{zip3: minKnown(a.zip3, b.zip3), huff: minKnown(a.huff, b.huff), prev: foldPrev(a.prev, b.prev)})
 }
 
 // agree runs the check for one op and returns the group's telemetry.

@@ -52,6 +52,8 @@ type Comm struct {
 
 	z      compression                 // touched by the executor only
 	shared atomic.Pointer[compression] // a copy of z for point-to-point ops
+	fb     switcher.Feedback           // executor only: measured times
+	last   lastCall                    // executor only: the previous collective
 	stats  stats
 	dev    device // the GPU side (device.go), set up at the first CUDA op
 }

@@ -97,13 +97,45 @@ func (c *Comm) switcherInput(op *Op) (switcher.Input, bool) {
 }
 
 // decide is the switcher's call for op (the zero Decision for ops it does
-// not handle).
+// not handle), checked against measured times by the group's feedback.
 func (c *Comm) decide(op *Op) switcher.Decision {
 	in, ok := c.switcherInput(op)
 	if !ok || c.cfg.Size == 1 {
 		return switcher.Decision{}
 	}
-	return switcher.Decide(in, c.z.th)
+	return c.fb.Decide(in, c.z.th)
+}
+
+// lastCall is the previous collective as the switcher's feedback needs it.
+// Its key and how it ran are agreed; its time is this rank's own, so it
+// travels with the next collective's check, which folds it over the group
+// (foldPrev; +Inf, ignored, if it failed anywhere).
+type lastCall struct {
+	keyed bool
+	key   switcher.Key
+	coded bool
+	sec   float64
+}
+
+// callSeconds measures a call that started at start; tests replace it.
+var callSeconds = func(start time.Time, _ switcher.Decision) float64 { return time.Since(start).Seconds() }
+
+// timed remembers op, which started at start and ended with err, as the
+// previous collective.
+func (c *Comm) timed(op *Op, t *task, start time.Time, err error) {
+	in, ok := c.switcherInput(op)
+	c.last = lastCall{keyed: ok && c.z.mode == switcher.Auto, key: switcher.KeyOf(in), coded: t.decision.Coded, sec: math.Inf(1)}
+	if err == nil {
+		c.last.sec = callSeconds(start, t.decision)
+	}
+}
+
+// takeLast returns the previous collective and forgets it: its time is
+// reported by the next check only.
+func (c *Comm) takeLast() lastCall {
+	l := c.last
+	c.last = lastCall{}
+	return l
 }
 
 // wantsProbe says whether op is the first one that could be coded under
@@ -137,9 +169,13 @@ func (c *Comm) estimate(op *Op) telemetry {
 	}
 }
 
-// learn folds the group's agreed estimates into the ratios used for later
-// ops of the same dtype.
-func (c *Comm) learn(dt dtype.DType, t telemetry) {
+// learn folds the group's agreed telemetry into the switcher's state: the
+// previous collective's time, and the ratios used for later ops of the
+// same dtype.
+func (c *Comm) learn(dt dtype.DType, prev lastCall, t telemetry) {
+	if prev.keyed {
+		c.fb.Record(prev.key, prev.coded, t.prev)
+	}
 	r := c.z.ratios[dt]
 	if t.zip3 > 0 {
 		r[codec.Zip3] = t.zip3

@@ -3,6 +3,7 @@ package comm
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
+	"github.com/zipccl/zipccl/backend/switcher"
 )
 
 // newRigOpts is newRig with per-rank group options.
@@ -200,4 +202,57 @@ func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 	st := opStats(t, r.comms[0])["all_gather"]
 	require.Equal(t, int64(2), st.Count)
 	require.Equal(t, map[string]int64{"raw": 2}, st.Choices)
+}
+
+// The switcher's feedback under auto: where the model codes but the coded
+// calls measure slower than the raw one, the group moves to raw, every rank
+// alike (a rank deciding otherwise would fail the agreement check), and the
+// results keep their bits. Call times are injected: the rule, not this
+// machine's speed, is under test.
+func TestAutoFeedbackMovesToTheFasterPath(t *testing.T) {
+	for _, codedSlower := range []bool{true, false} {
+		t.Run(fmt.Sprintf("coded slower %v", codedSlower), func(t *testing.T) {
+			defer func(f func(time.Time, switcher.Decision) float64) { callSeconds = f }(callSeconds)
+			callSeconds = func(_ time.Time, d switcher.Decision) float64 {
+				if d.Coded == codedSlower {
+					return 0.2
+				}
+				return 0.1
+			}
+			const n, numel, calls = 3, 1 << 20, 8
+			r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+			run := func() [][]byte {
+				bufs := make([][]byte, n)
+				for _, x := range r.everyRank(func(rank int) *Op {
+					bufs[rank] = gaussBF16(uint64(rank), numel)
+					return &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+				}) {
+					require.NoError(t, x.err)
+				}
+				return bufs
+			}
+			want := run() // probes: loopback, so uncoded ("plain" two-shot)
+			for _, c := range r.comms {
+				// as if the links were 1 Gbit/s: now the model codes
+				c.z.profile.NoCompress, c.z.profile.Alpha, c.z.profile.Beta = false, 200e-6, 8/1e9
+			}
+			for i := 0; i < calls; i++ {
+				for rank, b := range run() {
+					require.Equal(t, want[rank], b, "call %d rank %d", i, rank)
+				}
+			}
+			// coded, coded, raw once, coded while the raw time is on its
+			// way, then the faster one (plus the probing call: plain)
+			wantPlain := int64(1 + 1 + calls - 4)
+			if !codedSlower {
+				wantPlain = 1 + 1
+			}
+			for rank, c := range r.comms {
+				st := opStats(t, c)["all_reduce"]
+				require.Equal(t, int64(1+calls), st.Count)
+				require.Equal(t, wantPlain, st.Choices["plain"], "rank %d: %v", rank, st.Choices)
+				require.Equal(t, opStats(t, r.comms[0])["all_reduce"].Choices, st.Choices, "rank %d", rank)
+			}
+		})
+	}
 }

@@ -83,6 +83,10 @@ func (c *Comm) runCollective(t *task) error {
 		return c.collErr(t, fields, runLocal(op))
 	}
 	tele := c.estimate(op)
+	prev := c.takeLast()
+	if prev.keyed {
+		tele.prev = prev.sec
+	}
 	conn := &opConn{c: c, t: t, seq: t.seq}
 	if c.wantsProbe(op) {
 		// The first op that could be coded measures the group. It must
@@ -93,7 +97,7 @@ func (c *Comm) runCollective(t *task) error {
 		if err != nil {
 			return c.collErr(t, fields, err)
 		}
-		c.learn(op.DType, agreed)
+		c.learn(op.DType, prev, agreed)
 		if err := c.probe(ctx, conn, op); err != nil {
 			return c.collErr(t, fields, err)
 		}
@@ -121,11 +125,13 @@ func (c *Comm) runCollective(t *task) error {
 	}()
 	var dataErr error
 	if op.Kind != opkind.Barrier {
+		start := time.Now()
 		dataErr = c.runAlgorithm(dataCtx, conn, op, t)
+		c.timed(op, t, start, dataErr)
 	}
 	res := <-check
 	if res.err == nil {
-		c.learn(op.DType, res.tele)
+		c.learn(op.DType, prev, res.tele)
 		if op.Kind == opkind.AllToAll {
 			dataErr = c.splitStatus(ctx, conn, fields, dataErr)
 		}
