@@ -97,11 +97,12 @@ func (c *Comm) switcherInput(op *Op) (switcher.Input, bool) {
 }
 
 // decide is the switcher's call for op (the zero Decision for ops it does
-// not handle), checked against measured times by the group's feedback.
-func (c *Comm) decide(op *Op) switcher.Decision {
+// not handle), checked against measured times by the group's feedback. The
+// step is committed once the op is agreed.
+func (c *Comm) decide(op *Op) (switcher.Decision, switcher.Step) {
 	in, ok := c.switcherInput(op)
 	if !ok || c.cfg.Size == 1 {
-		return switcher.Decision{}
+		return switcher.Decision{}, switcher.Step{}
 	}
 	return c.fb.Decide(in, c.z.th)
 }

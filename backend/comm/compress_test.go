@@ -256,3 +256,44 @@ func TestAutoFeedbackMovesToTheFasterPath(t *testing.T) {
 		})
 	}
 }
+
+// A call the ranks disagree on (here rank 0 passes a different size) fails
+// on every rank and leaves the feedback as it was on each of them: the
+// repeated calls after it, whose raw timing comes at the same call on every
+// rank, all pass the agreement check.
+func TestAutoFeedbackSurvivesAMismatch(t *testing.T) {
+	defer func(f func(time.Time, switcher.Decision) float64) { callSeconds = f }(callSeconds)
+	callSeconds = func(_ time.Time, d switcher.Decision) float64 {
+		if d.Coded {
+			return 0.2
+		}
+		return 0.1
+	}
+	const n, numel = 3, 1 << 20
+	r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+	allReduce := func(size func(rank int) int) []result {
+		return r.everyRank(func(rank int) *Op {
+			b := gaussBF16(uint64(rank), size(rank))
+			return &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
+		})
+	}
+	same := func(int) int { return numel }
+	for _, x := range allReduce(same) { // probes
+		require.NoError(t, x.err)
+	}
+	for _, c := range r.comms {
+		c.z.profile.NoCompress, c.z.profile.Alpha, c.z.profile.Beta = false, 200e-6, 8/1e9
+	}
+	for _, x := range allReduce(same) {
+		require.NoError(t, x.err)
+	}
+	requireAllFail(t, allReduce(func(rank int) int { return numel + 64*min(rank, 1) }), CodeMismatch)
+	for i := 0; i < 8; i++ {
+		for rank, x := range allReduce(same) {
+			require.NoError(t, x.err, "call %d rank %d", i, rank)
+		}
+	}
+	for rank, c := range r.comms {
+		require.Equal(t, opStats(t, r.comms[0])["all_reduce"].Choices, opStats(t, c)["all_reduce"].Choices, "rank %d", rank)
+	}
+}

@@ -101,12 +101,15 @@ func (c *Comm) runCollective(t *task) error {
 		if err := c.probe(ctx, conn, op); err != nil {
 			return c.collErr(t, fields, err)
 		}
-		t.decision = c.decide(op)
+		var step switcher.Step
+		t.decision, step = c.decide(op)
+		c.fb.Commit(step) // the op is agreed already
 		fields = fields.withDecision(c.z.mode, t.decision)
 		conn.desc = fields.encode()
 		return c.collErr(t, fields, c.runAlgorithm(ctx, conn, op, t))
 	}
-	t.decision = c.decide(op)
+	var step switcher.Step
+	t.decision, step = c.decide(op)
 	fields = fields.withDecision(c.z.mode, t.decision)
 	conn.desc = fields.encode()
 	dataCtx, dataCancel := context.WithCancelCause(ctx)
@@ -130,8 +133,12 @@ func (c *Comm) runCollective(t *task) error {
 		c.timed(op, t, start, dataErr)
 	}
 	res := <-check
-	if res.err == nil {
+	if res.err != nil {
+		// Not agreed (ranks may have timed different ops): forget it.
+		c.last = lastCall{}
+	} else {
 		c.learn(op.DType, prev, res.tele)
+		c.fb.Commit(step)
 		if op.Kind == opkind.AllToAll {
 			dataErr = c.splitStatus(ctx, conn, fields, dataErr)
 		}

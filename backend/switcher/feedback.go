@@ -17,10 +17,10 @@ import (
 // again now and then, less often each time the answer stays the same.
 //
 // It never codes what the model left raw (so loopback and small calls are
-// not touched), and only acts under Auto. Its state depends only on the
-// sequence of Decide and Record calls, so ranks that feed it the same
-// agreed inputs in the same order take the same decisions. The zero value
-// is ready to use; it is not safe for concurrent use.
+// not touched), and only acts under Auto. Its state changes only through
+// Commit and Record, so ranks that feed those the same agreed inputs in
+// the same order take the same decisions. The zero value is ready to use;
+// it is not safe for concurrent use.
 type Feedback struct {
 	calls map[Key]*history
 }
@@ -80,14 +80,28 @@ func (s *samples) best() float64 {
 	return b
 }
 
+// Step is the change one decision makes to Feedback's state. Decide does
+// not change the state; Commit applies the step once the call is agreed,
+// so that a call the ranks disagreed on (each deciding on its own key)
+// leaves every rank's state as it was.
+type Step struct {
+	ok  bool
+	key Key
+	h   history // its counters; the samples are Record's
+}
+
 // Decide is the package's Decide, with the model's coded choices checked
-// against measured times.
-func (f *Feedback) Decide(in Input, th Defaults) Decision {
+// against measured times. Pass the Step to Commit once the call is agreed.
+func (f *Feedback) Decide(in Input, th Defaults) (Decision, Step) {
 	d := Decide(in, th)
 	if in.Mode != Auto || !d.Coded {
-		return d
+		return d, Step{}
 	}
-	h := f.history(KeyOf(in))
+	k := KeyOf(in)
+	var h history
+	if p := f.calls[k]; p != nil {
+		h = *p
+	}
 	h.calls++
 	never := in
 	never.Mode = Never
@@ -127,22 +141,29 @@ func (f *Feedback) Decide(in Input, th Defaults) Decision {
 	}
 	if runRaw {
 		h.rawRuns++
-		return raw
+		d = raw
+	} else {
+		h.codedRuns++
 	}
-	h.codedRuns++
-	return d
+	return d, Step{ok: true, key: k, h: h}
 }
 
-func (f *Feedback) history(k Key) *history {
-	if f.calls == nil || len(f.calls) >= fbMaxKeys && f.calls[k] == nil {
+// Commit applies a Step returned by Decide.
+func (f *Feedback) Commit(s Step) {
+	if !s.ok {
+		return
+	}
+	if f.calls == nil || len(f.calls) >= fbMaxKeys && f.calls[s.key] == nil {
 		f.calls = map[Key]*history{}
 	}
-	h := f.calls[k]
+	h := f.calls[s.key]
 	if h == nil {
 		h = &history{}
-		f.calls[k] = h
+		f.calls[s.key] = h
 	}
-	return h
+	coded, raw := h.coded, h.raw
+	*h = s.h
+	h.coded, h.raw = coded, raw
 }
 
 // Record adds the measured seconds of one call of k, run coded or not (the

@@ -10,17 +10,19 @@ import (
 )
 
 // fbRun makes calls of one key through f, as the engine does: decide, run,
-// and report the time of each call once the next one is decided (the
-// engine learns a call's group-wide time with the next call's check).
+// and once the call is agreed, commit its step and record the time of the
+// call before it (the engine learns a call's group-wide time with the next
+// call's check).
 // sec gives a call's time by whether it ran coded. It returns the coded
 // flag of each call.
 func fbRun(f *Feedback, input Input, calls int, sec func(call int, coded bool) float64) []bool {
 	var ran []bool
 	for i := 0; i < calls; i++ {
-		d := f.Decide(input, DefaultThresholds)
+		d, st := f.Decide(input, DefaultThresholds)
 		if i > 0 {
 			f.Record(KeyOf(input), ran[i-1], sec(i-1, ran[i-1]))
 		}
+		f.Commit(st)
 		ran = append(ran, d.Coded)
 	}
 	return ran
@@ -67,7 +69,7 @@ func TestFeedbackFallsBackToRawWhenCodingLoses(t *testing.T) {
 	require.GreaterOrEqual(t, count(ran, false), 490, "raw from the first measured comparison on")
 	require.Greater(t, count(ran[6:], true), 0, "coded is timed again now and then")
 
-	d := f.Decide(input, DefaultThresholds)
+	d, _ := f.Decide(input, DefaultThresholds)
 	require.False(t, d.Coded)
 	require.Equal(t, Decide(Input{Op: AllToAll, DType: dtype.BFloat16, Bytes: 64 << 20, Ranks: 4, Mode: Never, Profile: tenGig}, DefaultThresholds).Zcoll, d.Zcoll)
 	require.Contains(t, d.Why, "measured")
@@ -95,7 +97,7 @@ func TestFeedbackRawReductionStaysTwoShot(t *testing.T) {
 	input := in(AllReduce, dtype.BFloat16, 64<<20, Auto, tenGig)
 	ran := fbRun(&f, input, 3, func(int, bool) float64 { return 1 })
 	require.Equal(t, []bool{true, true, false}, ran)
-	d := f.Decide(input, DefaultThresholds)
+	d, _ := f.Decide(input, DefaultThresholds)
 	require.True(t, d.Zcoll)
 }
 
@@ -111,7 +113,9 @@ func TestFeedbackScope(t *testing.T) {
 	} {
 		want := Decide(input, DefaultThresholds)
 		for i := 0; i < 10; i++ {
-			require.Equal(t, want, f.Decide(input, DefaultThresholds), "%+v", input)
+			d, st := f.Decide(input, DefaultThresholds)
+			require.Equal(t, want, d, "%+v", input)
+			f.Commit(st)
 			f.Record(KeyOf(input), want.Coded, 1)
 		}
 	}
@@ -133,10 +137,37 @@ func TestFeedbackDeterministicAndBounded(t *testing.T) {
 	var a, b Feedback
 	for i := 0; i < 3*fbMaxKeys; i++ {
 		input := in(AllGather, dtype.BFloat16, 1<<20+i%(2*fbMaxKeys)*64, Auto, gigabit)
-		da, db := a.Decide(input, DefaultThresholds), b.Decide(input, DefaultThresholds)
+		da, sa := a.Decide(input, DefaultThresholds)
+		db, sb := b.Decide(input, DefaultThresholds)
 		require.Equal(t, da, db)
+		a.Commit(sa)
+		b.Commit(sb)
 		a.Record(KeyOf(input), da.Coded, float64(i%7+1))
 		b.Record(KeyOf(input), db.Coded, float64(i%7+1))
 		require.LessOrEqual(t, len(a.calls), fbMaxKeys)
 	}
+}
+
+// A decision that is never committed (the ranks disagreed on the call, so
+// none of them commits) leaves the state as it was: afterwards f decides
+// exactly like a Feedback that never saw it.
+func TestFeedbackUncommittedLeavesNoTrace(t *testing.T) {
+	var f, fresh Feedback
+	input := in(AllToAll, dtype.BFloat16, 64<<20, Auto, tenGig)
+	sec := func(_ int, coded bool) float64 {
+		if coded {
+			return 0.070
+		}
+		return 0.060
+	}
+	for i := 0; i < 3; i++ {
+		f.Decide(input, DefaultThresholds)
+	}
+	require.Equal(t, fbRun(&fresh, input, 100, sec), fbRun(&f, input, 100, sec))
+	// and a committed one does leave a trace
+	var g Feedback
+	_, st := g.Decide(input, DefaultThresholds)
+	g.Commit(st)
+	fresh = Feedback{}
+	require.NotEqual(t, fbRun(&fresh, input, 100, sec), fbRun(&g, input, 100, sec))
 }
