@@ -168,7 +168,7 @@ func (c *Comm) Submit(op *Op) error {
 
 // complete delivers an op's outcome.
 func (c *Comm) complete(t *task, source int, err error) {
-	c.stats.record(t.op, t.wire.Load(), t.uncoded.Load(), time.Since(t.start), time.Duration(t.codecNs.Load()), t.decision.Label(), err)
+	c.stats.record(t.op, t.wire.Load(), t.uncoded.Load(), time.Since(t.start), time.Duration(t.codecNs.Load()), t.decision, err)
 	if err != nil {
 		c.log.Infof("%s failed: %v", t.op.Kind, err)
 	} else if zlog.Enabled(zlog.Trace) {

@@ -251,6 +251,7 @@ func TestAutoFeedbackMovesToTheFasterPath(t *testing.T) {
 				st := opStats(t, c)["all_reduce"]
 				require.Equal(t, int64(1+calls), st.Count)
 				require.Equal(t, wantPlain, st.Choices["plain"], "rank %d: %v", rank, st.Choices)
+				require.Equal(t, wantPlain-1, st.Measured, "rank %d: all plain calls but the probing one", rank)
 				require.Equal(t, opStats(t, r.comms[0])["all_reduce"].Choices, st.Choices, "rank %d", rank)
 			}
 		})

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/zipccl/zipccl/backend/switcher"
 )
 
 // OpStats accumulates one op kind's traffic on one communicator.
@@ -28,6 +30,9 @@ type OpStats struct {
 	// Choices counts the switcher's decisions: "raw" (uncompressed
 	// algorithms), "plain" (two-shot family, uncoded), or the codec kind.
 	Choices map[string]int64 `json:"choices"`
+	// Measured counts the calls that the switcher's feedback ran uncoded
+	// where its model would have coded them (counted in Choices as run).
+	Measured int64 `json:"measured_uncoded"`
 }
 
 type stats struct {
@@ -47,7 +52,7 @@ func byteLen(bufs [][]byte) int64 {
 
 // record adds one op; uncoded 0 means its sends were not coded (uncoded
 // equals wire).
-func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, choice string, err error) {
+func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec switcher.Decision, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.ops[op.Kind.String()]
@@ -55,7 +60,10 @@ func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, choi
 		st = &OpStats{Choices: map[string]int64{}}
 		s.ops[op.Kind.String()] = st
 	}
-	st.Choices[choice]++
+	st.Choices[dec.Label()]++
+	if dec.Measured {
+		st.Measured++
+	}
 	st.CodecSeconds += codec.Seconds()
 	st.WireSeconds += max(d-codec, 0).Seconds()
 	st.Count++

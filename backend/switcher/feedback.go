@@ -142,6 +142,7 @@ func (f *Feedback) Decide(in Input, th Defaults) (Decision, Step) {
 	if runRaw {
 		h.rawRuns++
 		d = raw
+		d.Measured = true
 	} else {
 		h.codedRuns++
 	}

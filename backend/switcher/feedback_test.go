@@ -73,6 +73,8 @@ func TestFeedbackFallsBackToRawWhenCodingLoses(t *testing.T) {
 	require.False(t, d.Coded)
 	require.Equal(t, Decide(Input{Op: AllToAll, DType: dtype.BFloat16, Bytes: 64 << 20, Ranks: 4, Mode: Never, Profile: tenGig}, DefaultThresholds).Zcoll, d.Zcoll)
 	require.Contains(t, d.Why, "measured")
+	require.True(t, d.Measured)
+	require.False(t, Decide(input, DefaultThresholds).Measured)
 }
 
 // When the link changes (here, coded becomes the faster path half way),

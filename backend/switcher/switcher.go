@@ -165,6 +165,8 @@ type Decision struct {
 	// Predicted seconds, for the stats (0 when not modelled).
 	PredRaw, PredCoded float64
 	Why                string
+	// Measured: Feedback ran the call the other way from the model.
+	Measured bool
 }
 
 // Label names the decision in statistics.

@@ -202,8 +202,10 @@ def stats(group: Any = None) -> dict[str, Any]:
     each op has ``count``, ``errors``, ``raw_bytes`` (the payload),
     ``wire_bytes`` (what this rank sent), ``uncoded_bytes`` (what those
     sends stand for uncoded), ``ratio`` (uncoded_bytes / wire_bytes),
-    ``seconds``, ``codec_seconds``, ``wire_seconds`` and ``choices`` (the
-    switcher's decisions: raw, plain, zip3, huff)."""
+    ``seconds``, ``codec_seconds``, ``wire_seconds``, ``choices`` (the
+    switcher's decisions: raw, plain, zip3, huff) and ``measured_uncoded``
+    (calls its measured feedback ran uncoded where the cost model would
+    have coded them)."""
     return json.loads(_runtime()._stats(_zipccl_backend(group)))
 
 
