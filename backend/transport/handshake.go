@@ -25,7 +25,10 @@ import (
 const (
 	helloMagic      = 0x3148435a // "ZCH1"
 	replyMagic      = 0x3152435a // "ZCR1"
-	protocolVersion = 1
+	// protocolVersion changes with any message ranks exchange, the
+	// engine's included, so that mixed builds fail at connect time
+	// (2: the agreement check's record carries the previous call's time).
+	protocolVersion = 2
 	nonceLen        = 16
 	macLen          = sha256.Size
 	maxNameLen      = 4096
