@@ -23,8 +23,8 @@ import (
 // with a status other than statusOK, without a MAC, when it cannot serve
 // the request (group not created yet, bad ranks).
 const (
-	helloMagic      = 0x3148435a // "ZCH1"
-	replyMagic      = 0x3152435a // "ZCR1"
+	helloMagic = 0x3148435a // "ZCH1"
+	replyMagic = 0x3152435a // "ZCR1"
 	// protocolVersion changes with any message ranks exchange, the
 	// engine's included, so that mixed builds fail at connect time
 	// (2: the agreement check's record carries the previous call's time).
