@@ -146,7 +146,7 @@ def test_stats(pools, ws):
         assert bc["count"] == 2 and bc["errors"] == 0 and bc["raw_bytes"] == 20, bc
         assert ag["count"] == 1 and ag["raw_bytes"] == 40, ag
         # small calls stay with the model's raw choice; feedback never ran
-        assert ar["measured_uncoded"] == 0 and ar["choices"] == {"raw": 4}, ar
+        assert ar["feedback_overrides"] == 0 and ar["choices"] == {"raw": 4}, ar
         if rank == 0:
             assert bc["wire_bytes"] >= 20, "the root sends the broadcast payload"
         assert before_world == after_world, "a subgroup's ops counted on the world group"

@@ -114,7 +114,7 @@ func (c *Comm) decide(op *Op) (switcher.Decision, switcher.Step) {
 type lastCall struct {
 	keyed bool
 	key   switcher.Key
-	coded bool
+	kind  codec.Kind // how it ran: codec.Raw when uncoded
 	sec   float64
 }
 
@@ -125,7 +125,10 @@ var callSeconds = func(start time.Time, _ switcher.Decision) float64 { return ti
 // previous collective.
 func (c *Comm) timed(op *Op, t *task, start time.Time, err error) {
 	in, ok := c.switcherInput(op)
-	c.last = lastCall{keyed: ok && c.z.mode == switcher.Auto, key: switcher.KeyOf(in), coded: t.decision.Coded, sec: math.Inf(1)}
+	c.last = lastCall{keyed: ok && c.z.mode == switcher.Auto, key: switcher.KeyOf(in), sec: math.Inf(1)}
+	if t.decision.Coded {
+		c.last.kind = t.decision.Kind
+	}
 	if err == nil {
 		c.last.sec = callSeconds(start, t.decision)
 	}
@@ -175,7 +178,7 @@ func (c *Comm) estimate(op *Op) telemetry {
 // same dtype.
 func (c *Comm) learn(dt dtype.DType, prev lastCall, t telemetry) {
 	if prev.keyed {
-		c.fb.Record(prev.key, prev.coded, t.prev)
+		c.fb.Record(prev.key, prev.kind, t.prev)
 	}
 	r := c.z.ratios[dt]
 	if t.zip3 > 0 {

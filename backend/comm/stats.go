@@ -30,9 +30,10 @@ type OpStats struct {
 	// Choices counts the switcher's decisions: "raw" (uncompressed
 	// algorithms), "plain" (two-shot family, uncoded), or the codec kind.
 	Choices map[string]int64 `json:"choices"`
-	// Measured counts the calls that the switcher's feedback ran uncoded
-	// where its model would have coded them (counted in Choices as run).
-	Measured int64 `json:"measured_uncoded"`
+	// Overrides counts the calls that the switcher's measured feedback
+	// ran another way than its cost model chose (counted in Choices as
+	// they ran).
+	Overrides int64 `json:"feedback_overrides"`
 }
 
 type stats struct {
@@ -62,7 +63,7 @@ func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec 
 	}
 	st.Choices[dec.Label()]++
 	if dec.Measured {
-		st.Measured++
+		st.Overrides++
 	}
 	st.CodecSeconds += codec.Seconds()
 	st.WireSeconds += max(d-codec, 0).Seconds()

@@ -4,17 +4,20 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
 )
 
 // Feedback corrects the model with measured times. Training repeats the
 // same calls (one bucket, one shard, one expert exchange per step), so the
-// model's choice to code a call can be checked against the raw path on the
-// next ones. The model does not see everything that costs time: the CPU
-// that other ranks' TCP stacks take from the same cores, a link faster or
-// slower than its probe said. Wherever it codes, Feedback times the raw
-// path once, keeps whichever of the two was faster, and times the other
-// again now and then, less often each time the answer stays the same.
+// model's choice to code a call can be checked on the next ones. The model
+// does not see everything that costs time: the CPU that other ranks' TCP
+// stacks take from the same cores, a link faster or slower than its probe
+// said, a codec slowed on one rank while the group measured it. Wherever
+// the model codes, Feedback times the raw path once, and the other codec
+// once if the model would code with that one too. It then keeps the
+// fastest of the paths, and times the others again now and then, less
+// often each time the answer stays the same.
 //
 // It never codes what the model left raw (so loopback and small calls are
 // not touched), and only acts under Auto. Its state changes only through
@@ -36,10 +39,10 @@ type Key struct {
 func KeyOf(in Input) Key { return Key{Op: in.Op, DType: in.DType, Bytes: in.Bytes} }
 
 const (
-	// fbWarm coded calls run before the raw path is timed: the first
-	// ones pay for buffers and caches.
+	// fbWarm calls run the model's choice before another path is timed:
+	// the first ones pay for buffers and caches.
 	fbWarm = 2
-	// The path not taken is timed again after fbFirst calls, then at
+	// The paths not taken are timed again after fbFirst calls, then at
 	// doubling intervals up to fbMaxEvery while the preference holds.
 	fbFirst    = 32
 	fbMaxEvery = 1024
@@ -51,12 +54,16 @@ const (
 	fbMaxKeys = 1024
 )
 
+// The paths are indexed by codec.Kind: Raw (uncoded), Zip3, Huff.
+const nPaths = 3
+
 type history struct {
-	calls              int // calls the model coded
-	codedRuns, rawRuns int // calls run each way
-	coded, raw         samples
-	preferRaw          bool // the preference at the last re-timing
-	next, every        int  // call of the next re-timing; the interval
+	calls       int // calls the model coded
+	runs        [nPaths]int
+	got         [nPaths]samples
+	pref        codec.Kind // the preference at the last re-timing
+	next, every int        // call of the next re-timing; the interval
+	turn        int        // re-timings so far, to take the others in turn
 }
 
 type samples struct {
@@ -103,50 +110,97 @@ func (f *Feedback) Decide(in Input, th Defaults) (Decision, Step) {
 		h = *p
 	}
 	h.calls++
-	never := in
-	never.Mode = Never
-	raw := Decide(never, th) // same family, so the same result bits
-	raw.PredRaw, raw.PredCoded = d.PredRaw, d.PredCoded
-	c, r := h.coded.best(), h.raw.best()
-	runRaw := false
+	model := d.Kind
+	alt := codec.Huff
+	if model == codec.Huff {
+		alt = codec.Zip3
+	}
+	// the paths worth timing: the model's, raw, and the other codec where
+	// the model would code with that one too (it beats raw by the margin)
+	paths := []codec.Kind{model, codec.Raw}
+	if predict(in, th, alt) < (1-th.Margin)*d.PredRaw {
+		paths = append(paths, alt)
+	}
+	run, why := model, ""
+	pending := false // a path ran but its time has not come back yet
+	for _, p := range paths {
+		pending = pending || h.runs[p] > 0 && h.got[p].n == 0
+	}
 	switch {
-	case h.codedRuns < fbWarm:
-	case h.rawRuns == 0:
-		runRaw = true
-		raw.Why = "feedback: timing the raw path once; " + d.Why
+	case h.runs[model] < fbWarm:
+	case h.runs[codec.Raw] == 0:
+		run, why = codec.Raw, "feedback: timing the raw path once"
 		h.next, h.every = h.calls+fbFirst, fbFirst
-	case h.raw.n == 0 || h.coded.n == 0:
-		// the first raw timing is on its way: keep the model's choice
+	case len(paths) == 3 && h.runs[alt] == 0:
+		run, why = alt, "feedback: timing "+alt.String()+" once"
+	case pending:
+		// a first timing is on its way: keep the model's choice
 	default:
-		preferRaw := c > r
+		best := paths[0]
+		for _, p := range paths[1:] {
+			if h.got[p].best() < h.got[best].best() {
+				best = p
+			}
+		}
+		run = best
+		if best != model {
+			why = fmt.Sprintf("measured: %s fastest (%s)", pathName(best), measuredTimes(&h, paths))
+		} else {
+			d.Why = fmt.Sprintf("%s; measured: %s", d.Why, measuredTimes(&h, paths))
+		}
 		if h.calls >= h.next {
-			if preferRaw == h.preferRaw {
+			if best == h.pref {
 				h.every = min(2*h.every, fbMaxEvery)
 			} else {
 				h.every = fbFirst
 			}
-			h.preferRaw, h.next = preferRaw, h.calls+h.every
-			runRaw = !preferRaw
-			if runRaw {
-				raw.Why = fmt.Sprintf("feedback: timing raw again (coded %.3gs <= raw %.3gs measured)", c, r)
-			} else {
-				d.Why = fmt.Sprintf("feedback: timing coded again (raw %.3gs < coded %.3gs measured)", r, c)
+			h.pref, h.next = best, h.calls+h.every
+			others := make([]codec.Kind, 0, 2)
+			for _, p := range paths {
+				if p != best {
+					others = append(others, p)
+				}
 			}
-		} else if preferRaw {
-			runRaw = true
-			raw.Why = fmt.Sprintf("measured: raw %.3gs < coded %.3gs; %s", r, c, d.Why)
-		} else {
-			d.Why = fmt.Sprintf("%s; measured coded %.3gs <= raw %.3gs", d.Why, c, r)
+			run = others[h.turn%len(others)]
+			h.turn++
+			why = fmt.Sprintf("feedback: timing %s again (%s)", pathName(run), measuredTimes(&h, paths))
 		}
 	}
-	if runRaw {
-		h.rawRuns++
-		d = raw
-		d.Measured = true
-	} else {
-		h.codedRuns++
+	h.runs[run]++
+	if run == model {
+		return d, Step{ok: true, key: k, h: h}
 	}
-	return d, Step{ok: true, key: k, h: h}
+	out := d
+	if run == codec.Raw {
+		never := in
+		never.Mode = Never
+		out = Decide(never, th) // same family, so the same result bits
+		out.PredRaw, out.PredCoded = d.PredRaw, d.PredCoded
+	} else {
+		out.Kind = run
+	}
+	out.Why = why + "; " + d.Why
+	out.Measured = true
+	return out, Step{ok: true, key: k, h: h}
+}
+
+func pathName(k codec.Kind) string {
+	if k == codec.Raw {
+		return "raw"
+	}
+	return k.String()
+}
+
+// measuredTimes lists the fastest measured time of each path.
+func measuredTimes(h *history, paths []codec.Kind) string {
+	out := ""
+	for i, p := range paths {
+		if i > 0 {
+			out += ", "
+		}
+		out += fmt.Sprintf("%s %.3gs", pathName(p), h.got[p].best())
+	}
+	return out
 }
 
 // Commit applies a Step returned by Decide.
@@ -162,22 +216,19 @@ func (f *Feedback) Commit(s Step) {
 		h = &history{}
 		f.calls[s.key] = h
 	}
-	coded, raw := h.coded, h.raw
+	got := h.got
 	*h = s.h
-	h.coded, h.raw = coded, raw
+	h.got = got
 }
 
-// Record adds the measured seconds of one call of k, run coded or not (the
-// group's agreed figure, the same on every rank). Calls the model never coded,
-// and times that are not positive and finite, are ignored.
-func (f *Feedback) Record(k Key, coded bool, sec float64) {
+// Record adds the measured seconds of one call of k that ran with kind
+// (codec.Raw: uncoded), the group's agreed figure, the same on every rank.
+// Calls the model never coded, and times that are not positive and
+// finite, are ignored.
+func (f *Feedback) Record(k Key, kind codec.Kind, sec float64) {
 	h := f.calls[k]
-	if h == nil || !(sec > 0) || math.IsInf(sec, 0) {
+	if h == nil || !(sec > 0) || math.IsInf(sec, 0) || int(kind) >= nPaths {
 		return
 	}
-	if coded {
-		h.coded.add(sec)
-	} else {
-		h.raw.add(sec)
-	}
+	h.got[kind].add(sec)
 }

@@ -165,7 +165,8 @@ type Decision struct {
 	// Predicted seconds, for the stats (0 when not modelled).
 	PredRaw, PredCoded float64
 	Why                string
-	// Measured: Feedback ran the call the other way from the model.
+	// Measured: Feedback ran the call another way than the model chose
+	// (uncoded, or with the other codec).
 	Measured bool
 }
 

@@ -203,9 +203,9 @@ def stats(group: Any = None) -> dict[str, Any]:
     ``wire_bytes`` (what this rank sent), ``uncoded_bytes`` (what those
     sends stand for uncoded), ``ratio`` (uncoded_bytes / wire_bytes),
     ``seconds``, ``codec_seconds``, ``wire_seconds``, ``choices`` (the
-    switcher's decisions: raw, plain, zip3, huff) and ``measured_uncoded``
-    (calls its measured feedback ran uncoded where the cost model would
-    have coded them)."""
+    switcher's decisions: raw, plain, zip3, huff) and ``feedback_overrides``
+    (calls its measured feedback ran another way than the cost model
+    chose: uncoded, or with the other codec)."""
     return json.loads(_runtime()._stats(_zipccl_backend(group)))
 
 
