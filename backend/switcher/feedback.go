@@ -168,6 +168,9 @@ func (f *Feedback) Decide(in Input, th Defaults) (Decision, Step) {
 	}
 	h.runs[run]++
 	if run == model {
+		if why != "" { // the model's choice, run to time it again
+			d.Why = why + "; " + d.Why
+		}
 		return d, Step{ok: true, key: k, h: h}
 	}
 	out := d

@@ -201,3 +201,26 @@ func TestFeedbackUncommittedLeavesNoTrace(t *testing.T) {
 	fresh = Feedback{}
 	require.NotEqual(t, fbRun(&fresh, input, 100, sec), fbRun(&g, input, 100, sec))
 }
+
+// A re-timing says so, whichever path it runs.
+func TestFeedbackSaysWhyItRetimes(t *testing.T) {
+	var f Feedback
+	input := in(AllToAll, dtype.BFloat16, 64<<20, Auto, tenGig)
+	sec := times(0.060, 0.070, 0.080)
+	var prev codec.Kind
+	retimed := 0
+	for i := 0; i < 200; i++ {
+		d, st := f.Decide(input, DefaultThresholds)
+		if i > 0 {
+			f.Record(KeyOf(input), prev, sec(i-1, prev))
+		}
+		f.Commit(st)
+		prev = path(d)
+		if i > 5 && d.Coded {
+			require.Contains(t, d.Why, "feedback: timing zip3 again", "call %d", i)
+			require.False(t, d.Measured, "the model's own choice")
+			retimed++
+		}
+	}
+	require.Greater(t, retimed, 1)
+}
