@@ -19,8 +19,8 @@ import (
 // it costs latency only on ops too small to hide it. Barrier is this check
 // alone. The same exchange carries each rank's compression-ratio estimates
 // for the op's data, folded to the group's minimum, which the switcher uses
-// for later ops, and the time each rank spent in the previous collective,
-// which the switcher's feedback uses.
+// for later ops, the time each rank spent in the previous collective,
+// which the switcher's feedback uses, and the op's largest payload.
 
 // Reserved slots (the top bit is the engine's).
 const (
@@ -63,7 +63,7 @@ func (c *Comm) fold(ctx context.Context, seq uint64, slot uint32, desc *transpor
 // The check's record: two votes, then the telemetry.
 const (
 	voteLen   = transport.DescLen + 4
-	teleLen   = 24
+	teleLen   = 32
 	recordLen = 2*voteLen + teleLen
 )
 
@@ -77,12 +77,16 @@ type telemetry struct {
 	// lastCall; 0 if it is not timed, +Inf if it failed), folded by
 	// foldPrev.
 	prev float64
+	// size: this op's payload on this rank (what the switcher counts),
+	// folded to the maximum; only an all_to_all's differs between ranks.
+	size float64
 }
 
 func putTelemetry(b []byte, t telemetry) {
 	binary.LittleEndian.PutUint64(b, math.Float64bits(t.zip3))
 	binary.LittleEndian.PutUint64(b[8:], math.Float64bits(t.huff))
 	binary.LittleEndian.PutUint64(b[16:], math.Float64bits(t.prev))
+	binary.LittleEndian.PutUint64(b[24:], math.Float64bits(t.size))
 }
 
 func getTelemetry(b []byte) telemetry {
@@ -90,6 +94,7 @@ func getTelemetry(b []byte) telemetry {
 		zip3: math.Float64frombits(binary.LittleEndian.Uint64(b)),
 		huff: math.Float64frombits(binary.LittleEndian.Uint64(b[8:])),
 		prev: math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
+		size: math.Float64frombits(binary.LittleEndian.Uint64(b[24:])),
 	}
 }
 
@@ -124,7 +129,7 @@ func mergeRecord(mine, theirs []byte) {
 		copy(mine[voteLen:2*voteLen], theirs[voteLen:2*voteLen])
 	}
 	a, b := getTelemetry(mine[2*voteLen:]), getTelemetry(theirs[2*voteLen:])
-	putTelemetry(mine[2*voteLen:], telemetry{zip3: minKnown(a.zip3, b.zip3), huff: minKnown(a.huff, b.huff), prev: foldPrev(a.prev, b.prev)})
+	putTelemetry(mine[2*voteLen:], telemetry{zip3: minKnown(a.zip3, b.zip3), huff: minKnown(a.huff, b.huff), prev: foldPrev(a.prev, b.prev), size: max(a.size, b.size)})
 }
 
 // agree runs the check for one op and returns the group's telemetry.

@@ -66,6 +66,8 @@ type task struct {
 	uncoded  atomic.Int64 // what they stand for uncoded (0: the same as wire)
 	codecNs  atomic.Int64 // time spent coding and decoding
 	decision switcher.Decision
+	keyed    bool         // the switcher's feedback times this call
+	key      switcher.Key // under this key
 }
 
 // New creates the communicator. It publishes this rank's address (and, on

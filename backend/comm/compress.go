@@ -71,7 +71,9 @@ func (c *Comm) publish() {
 	c.shared.Store(&z)
 }
 
-// payload is the op's size as the switcher counts it.
+// payload is the op's size as the switcher counts it. It is the same on
+// every rank that called the same op, except for all_to_all, whose splits
+// may differ from rank to rank (see agreeSizeFirst).
 func payload(op *Op) int {
 	switch op.Kind {
 	case opkind.AllGather:
@@ -85,26 +87,42 @@ func payload(op *Op) int {
 	return 0
 }
 
-func (c *Comm) switcherInput(op *Op) (switcher.Input, bool) {
+// switcherInput is op as the switcher sees it, with size as its payload.
+func (c *Comm) switcherInput(op *Op, size int) (switcher.Input, bool) {
 	sop, ok := switcher.OpOf(op.Kind)
 	if !ok {
 		return switcher.Input{}, false
 	}
 	return switcher.Input{
-		Op: sop, DType: op.DType, Bytes: payload(op), Ranks: c.cfg.Size,
+		Op: sop, DType: op.DType, Bytes: size, Ranks: c.cfg.Size,
 		Mode: c.z.mode, Profile: c.z.profile, Ratio: c.z.ratios[op.DType],
 	}, true
 }
 
-// decide is the switcher's call for op (the zero Decision for ops it does
-// not handle), checked against measured times by the group's feedback. The
-// step is committed once the op is agreed.
-func (c *Comm) decide(op *Op) (switcher.Decision, switcher.Step) {
-	in, ok := c.switcherInput(op)
-	if !ok || c.cfg.Size == 1 {
-		return switcher.Decision{}, switcher.Step{}
+// agreeSizeFirst says whether op's decision needs the group's largest
+// payload, agreed by the check before the data moves: an all_to_all whose
+// decision could depend on its size. Each rank knows only its own splits,
+// and ranks deciding on different sizes would run different protocols.
+// Once the group has found its links all local, every size stays uncoded.
+func (c *Comm) agreeSizeFirst(op *Op) bool {
+	return op.Kind == opkind.AllToAll && c.z.mode != switcher.Never && switcher.Compressible(op.DType) &&
+		!(c.z.profile.Measured && c.z.profile.NoCompress)
+}
+
+// decide sets t.decision, the switcher's call for op with payload size
+// (the zero Decision for ops it does not handle), checked against measured
+// times by the group's feedback, and the key the feedback times the call
+// under. The returned step is committed once the op is agreed.
+func (c *Comm) decide(op *Op, t *task, size int) switcher.Step {
+	in, ok := c.switcherInput(op, size)
+	t.keyed, t.key = ok && c.z.mode == switcher.Auto, switcher.KeyOf(in)
+	if !ok {
+		t.decision = switcher.Decision{}
+		return switcher.Step{}
 	}
-	return c.fb.Decide(in, c.z.th)
+	var st switcher.Step
+	t.decision, st = c.fb.Decide(in, c.z.th)
+	return st
 }
 
 // lastCall is the previous collective as the switcher's feedback needs it.
@@ -121,11 +139,10 @@ type lastCall struct {
 // callSeconds measures a call that started at start; tests replace it.
 var callSeconds = func(start time.Time, _ switcher.Decision) float64 { return time.Since(start).Seconds() }
 
-// timed remembers op, which started at start and ended with err, as the
+// timed remembers t, which started at start and ended with err, as the
 // previous collective.
-func (c *Comm) timed(op *Op, t *task, start time.Time, err error) {
-	in, ok := c.switcherInput(op)
-	c.last = lastCall{keyed: ok && c.z.mode == switcher.Auto, key: switcher.KeyOf(in), sec: math.Inf(1)}
+func (c *Comm) timed(t *task, start time.Time, err error) {
+	c.last = lastCall{keyed: t.keyed, key: t.key, sec: math.Inf(1)}
 	if t.decision.Coded {
 		c.last.kind = t.decision.Kind
 	}
@@ -142,15 +159,16 @@ func (c *Comm) takeLast() lastCall {
 	return l
 }
 
-// wantsProbe says whether op is the first one that could be coded under
-// Auto before the group measured itself. The answer is the same on every
-// rank that called the same op after the same history.
-func (c *Comm) wantsProbe(op *Op) bool {
+// wantsProbe says whether op, with payload size, is the first one that
+// could be coded under Auto before the group measured itself. The answer
+// is the same on every rank that called the same op after the same
+// history.
+func (c *Comm) wantsProbe(op *Op, size int) bool {
 	if c.z.mode != switcher.Auto || c.z.profile.Measured || c.cfg.Size == 1 {
 		return false
 	}
-	in, ok := c.switcherInput(op)
-	return ok && switcher.Compressible(op.DType) && in.Bytes >= c.z.th.CompressMin
+	_, ok := switcher.OpOf(op.Kind)
+	return ok && switcher.Compressible(op.DType) && size >= c.z.th.CompressMin
 }
 
 // estimate samples the op's local data for the check's telemetry.

@@ -309,3 +309,46 @@ func TestAutoFeedbackSurvivesAMismatch(t *testing.T) {
 		require.Equal(t, opStats(t, r.comms[0])["all_reduce"].Choices, opStats(t, c)["all_reduce"].Choices, "rank %d", rank)
 	}
 }
+
+// An all_to_all with uneven splits under auto, on links where the model
+// codes: each rank holds a different payload (one below the compression
+// size, the others above), yet every rank must take the same decision, and
+// the feedback must key the call alike everywhere. Repeated, it passes the
+// agreement check every time and delivers every block bit for bit.
+func TestAutoUnevenAllToAllAgrees(t *testing.T) {
+	const n = 3
+	r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+	// rank i sends numel(i, j) bf16 elements to rank j
+	numel := func(i, j int) int { return []int{40 << 10, 600 << 10, 900 << 10}[i] + 1024*j }
+	a2a := func() {
+		outs := make([][][]byte, n)
+		for _, x := range r.everyRank(func(i int) *Op {
+			op := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16}
+			for j := range n {
+				op.In = append(op.In, gaussBF16(uint64(100*i+j), numel(i, j)))
+				op.Out = append(op.Out, make([]byte, 2*numel(j, i)))
+			}
+			outs[i] = op.Out
+			return op
+		}) {
+			require.NoError(t, x.err)
+		}
+		for i := range n {
+			for j := range n {
+				require.Equal(t, gaussBF16(uint64(100*j+i), numel(j, i)), outs[i][j], "rank %d from %d", i, j)
+			}
+		}
+	}
+	a2a() // probes (loopback: uncoded)
+	for _, c := range r.comms {
+		gigabit(c)
+	}
+	for range 8 {
+		a2a()
+	}
+	st := opStats(t, r.comms[0])["all_to_all"]
+	require.NotZero(t, st.Choices["zip3"]+st.Choices["huff"], "%v: the model codes these calls", st.Choices)
+	for rank, c := range r.comms {
+		require.Equal(t, st.Choices, opStats(t, c)["all_to_all"].Choices, "rank %d", rank)
+	}
+}

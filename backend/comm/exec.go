@@ -68,7 +68,9 @@ func (e *peerOpError) Error() string {
 func (e *peerOpError) Unwrap() error { return e.err }
 
 // runCollective runs one collective: the agreement check and the data
-// movement run concurrently under the op's deadline.
+// movement run concurrently under the op's deadline, except where the
+// decision needs the check's outcome first (a probing op, an all_to_all
+// that could be coded).
 func (c *Comm) runCollective(t *task) error {
 	op := t.op
 	fields := describe(op, c.cfg.Rank)
@@ -87,29 +89,41 @@ func (c *Comm) runCollective(t *task) error {
 	if prev.keyed {
 		tele.prev = prev.sec
 	}
+	size := payload(op)
+	tele.size = float64(size)
 	conn := &opConn{c: c, t: t, seq: t.seq}
-	if c.wantsProbe(op) {
-		// The first op that could be coded measures the group. It must
-		// not start probing before knowing every rank called the same
-		// op, so here the check runs first, on its own.
+	if c.agreeSizeFirst(op) || c.wantsProbe(op, size) {
+		// The check runs first, on its own: before the first op that
+		// could be coded measures the group (it must not start probing
+		// before knowing every rank called the same op), and before an
+		// all_to_all, whose ranks must decide on the same size.
 		conn.desc = fields.withDecision(c.z.mode, switcher.Decision{}).encode()
 		agreed, err := c.agree(ctx, conn, tele)
 		if err != nil {
 			return c.collErr(t, fields, err)
 		}
 		c.learn(op.DType, prev, agreed)
-		if err := c.probe(ctx, conn, op); err != nil {
-			return c.collErr(t, fields, err)
+		size = int(agreed.size)
+		probed := c.wantsProbe(op, size)
+		if probed {
+			if err := c.probe(ctx, conn, op); err != nil {
+				return c.collErr(t, fields, err)
+			}
 		}
-		var step switcher.Step
-		t.decision, step = c.decide(op)
-		c.fb.Commit(step) // the op is agreed already
+		c.fb.Commit(c.decide(op, t, size)) // the op is agreed already
 		fields = fields.withDecision(c.z.mode, t.decision)
 		conn.desc = fields.encode()
-		return c.collErr(t, fields, c.runAlgorithm(ctx, conn, op, t))
+		start := time.Now()
+		dataErr := c.runAlgorithm(ctx, conn, op, t)
+		if !probed { // a probing call's time is not the path's
+			c.timed(t, start, dataErr)
+		}
+		if op.Kind == opkind.AllToAll {
+			dataErr = c.splitStatus(ctx, conn, fields, dataErr)
+		}
+		return c.collErr(t, fields, dataErr)
 	}
-	var step switcher.Step
-	t.decision, step = c.decide(op)
+	step := c.decide(op, t, size)
 	fields = fields.withDecision(c.z.mode, t.decision)
 	conn.desc = fields.encode()
 	dataCtx, dataCancel := context.WithCancelCause(ctx)
@@ -130,7 +144,7 @@ func (c *Comm) runCollective(t *task) error {
 	if op.Kind != opkind.Barrier {
 		start := time.Now()
 		dataErr = c.runAlgorithm(dataCtx, conn, op, t)
-		c.timed(op, t, start, dataErr)
+		c.timed(t, start, dataErr)
 	}
 	res := <-check
 	if res.err != nil {

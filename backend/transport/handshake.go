@@ -27,7 +27,8 @@ const (
 	replyMagic = 0x3152435a // "ZCR1"
 	// protocolVersion changes with any message ranks exchange, the
 	// engine's included, so that mixed builds fail at connect time
-	// (2: the agreement check's record carries the previous call's time).
+	// (2: the agreement check's record carries the previous call's time
+	// and the op's largest payload).
 	protocolVersion = 2
 	nonceLen        = 16
 	macLen          = sha256.Size
