@@ -47,6 +47,18 @@ else:
     y = torch.zeros(10)
     dist.recv(y, src=0, tag=3)
     assert torch.equal(x, y), "send/recv"
+# An uneven all_to_all, as MoE routing makes them: rank 0 sends nothing,
+# rank 1 sends 1 Mi floats to each rank. On a group that codes, both ranks
+# must still run the same protocol (each knows only its own splits).
+g = dist.new_group(pg_options=zipccl.Options(compression="always"))
+m = 1 << 20
+torch.manual_seed(7)
+data = torch.randn(2 * m)
+inp = torch.empty(0) if rank == 0 else data
+got = torch.empty(m)
+dist.all_to_all_single(got, inp, output_split_sizes=[0, m], input_split_sizes=[0, 0] if rank == 0 else [m, m], group=g)
+assert torch.equal(got, data[m * rank:m * (rank + 1)]), "uneven all_to_all"
+assert zipccl.stats(g)["ops"]["all_to_all"]["choices"] != {"raw": 1}, zipccl.stats(g)
 dist.barrier()
 stats = zipccl.stats()
 print("wire", sum(v["wire_bytes"] for v in stats["ops"].values()), flush=True)
