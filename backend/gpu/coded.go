@@ -83,6 +83,14 @@ func (g *Group) codedLayout(op *Op) bool {
 	return false
 }
 
+// a2aBytes stands for an all_to_all's payload in the switcher's input.
+// Each rank knows only its own splits, which MoE routing makes uneven, and
+// ranks deciding on different sizes would run different protocols over
+// NCCL, or probe the links alone, and hang. The GPU path has no per-op
+// agreement to learn the group's largest size from (the CPU path's check
+// carries it), so every rank decides as for this size.
+const a2aBytes = 64 << 20
+
 // wantCoded is the switcher's call for op on the GPU. Everything it reads
 // is agreed (the op, the agreement, the profile measured by all ranks
 // together), so every rank decides the same.
@@ -97,6 +105,9 @@ func (g *Group) wantCoded(op *Op, a agreement, c ncclComm, deadline time.Time) (
 	}
 	sop, _ := switcher.OpOf(op.Kind) // codedOnGPU admits only kinds it knows
 	in := switcher.Input{Op: sop, DType: op.DType, Bytes: payload(op), Ranks: g.cfg.Size, Mode: g.cfg.Mode}
+	if op.Kind == opkind.AllToAll {
+		in.Bytes = a2aBytes
+	}
 	if g.cfg.Mode == switcher.Auto && !g.profile.Measured && !g.probed && in.Bytes >= g.cfg.Thresholds.CompressMin {
 		g.probed = true
 		if err := g.probe(op, c, deadline); err != nil {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -1214,5 +1215,76 @@ func TestAutoProbesOnce(t *testing.T) {
 	}
 	if string(bufs[0]) != string(bufs[1]) {
 		t.Fatal("ranks disagree")
+	}
+}
+
+// An all_to_all whose payload differs between ranks (here rank 0 sends
+// nothing, as MoE routing can make it) must take the same decision on every
+// rank: the ranks would otherwise run different protocols over NCCL. Run
+// under always (a rank with no payload would not code) and auto (sizes on
+// both sides of the compression size), on the emulated kernels.
+func TestUnevenAllToAllDecidesAlike(t *testing.T) {
+	k := emuKernels(t)
+	const n = 3
+	for _, mode := range []switcher.Mode{switcher.Always, switcher.Auto} {
+		t.Run(mode.String(), func(t *testing.T) {
+			w := newWorld(t, worldOpts{n: n, mode: mode, kernels: k, timeout: 30 * time.Second})
+			dt := dtype.BFloat16
+			es := dt.Size()
+			// rank r sends cnt(r, j) elements to rank j: nothing from rank
+			// 0, about 1.5 MiB in all from each of the others
+			cnt := func(r, j int) int {
+				if r == 0 {
+					return 0
+				}
+				return 250000 + 1000*j + r
+			}
+			keep := [][]byte{}
+			ins, outs := make([][]byte, n), make([][]byte, n)
+			for r := 0; r < n; r++ {
+				tot, totOut := 0, 0
+				for j := 0; j < n; j++ {
+					tot += cnt(r, j)
+					totOut += cnt(j, r)
+				}
+				ins[r] = gradients(dt, max(tot, 1), uint64(50+r))
+				outs[r] = make([]byte, totOut*es)
+				keep = append(keep, ins[r], outs[r])
+			}
+			var ops [n]*Op
+			noErrors(t, "all_to_all", w.run(func(r int) *Op {
+				op := &Op{Kind: opkind.AllToAll, DType: dt}
+				in, out := addr(ins[r]), addr(outs[r])
+				for j := 0; j < n; j++ {
+					op.In = append(op.In, Buf{Ptr: in, Bytes: cnt(r, j) * es})
+					in += uintptr(cnt(r, j) * es)
+					op.Out = append(op.Out, Buf{Ptr: out, Bytes: cnt(j, r) * es})
+					out += uintptr(cnt(j, r) * es)
+				}
+				ops[r] = op
+				return op
+			}))
+			for r := 0; r < n; r++ {
+				got := outs[r]
+				for j := 0; j < n; j++ {
+					start := 0
+					for x := 0; x < r; x++ {
+						start += cnt(j, x)
+					}
+					want := ins[j][start*es : (start+cnt(j, r))*es]
+					if string(got[:len(want)]) != string(want) {
+						t.Fatalf("rank %d from %d", r, j)
+					}
+					got = got[len(want):]
+				}
+				if ops[r].Decision.Coded != ops[0].Decision.Coded {
+					t.Fatalf("rank %d coded %v, rank 0 %v", r, ops[r].Decision.Coded, ops[0].Decision.Coded)
+				}
+			}
+			if mode == switcher.Always && !ops[0].Decision.Coded {
+				t.Fatalf("always: not coded: %+v", ops[0].Decision)
+			}
+			runtime.KeepAlive(keep)
+		})
 	}
 }
