@@ -1109,43 +1109,7 @@ func TestCodedOpsOnEmulatedKernels(t *testing.T) {
 				}
 			}
 			// all-to-all, uneven: rank r sends 3000*(j+1)+r elements to j
-			cnt := func(r, j int) int { return 3000*(j+1) + r }
-			a2aIn := make([][]byte, n)
-			a2aOut := make([][]byte, n)
-			for r := 0; r < n; r++ {
-				tot, totOut := 0, 0
-				for j := 0; j < n; j++ {
-					tot += cnt(r, j)
-					totOut += cnt(j, r)
-				}
-				a2aIn[r] = hold(gradients(dt, tot, uint64(30+r)))
-				a2aOut[r] = hold(make([]byte, totOut*es))
-			}
-			noErrors(t, "all_to_all", w.run(func(r int) *Op {
-				op := &Op{Kind: opkind.AllToAll, DType: dt}
-				in, out := addr(a2aIn[r]), addr(a2aOut[r])
-				for j := 0; j < n; j++ {
-					op.In = append(op.In, Buf{Ptr: in, Bytes: cnt(r, j) * es})
-					in += uintptr(cnt(r, j) * es)
-					op.Out = append(op.Out, Buf{Ptr: out, Bytes: cnt(j, r) * es})
-					out += uintptr(cnt(j, r) * es)
-				}
-				return op
-			}))
-			for r := 0; r < n; r++ {
-				got := a2aOut[r]
-				for j := 0; j < n; j++ {
-					start := 0
-					for x := 0; x < r; x++ {
-						start += cnt(j, x)
-					}
-					want := a2aIn[j][start*es : (start+cnt(j, r))*es]
-					if string(got[:len(want)]) != string(want) {
-						t.Fatalf("all_to_all: rank %d from %d", r, j)
-					}
-					got = got[len(want):]
-				}
-			}
+			unevenAllToAll(t, w, dt, func(r, j int) int { return 3000*(j+1) + r }, 30, hold)
 			bc := make([][]byte, n)
 			for r := range bc {
 				bc[r] = hold(gradients(dt, per, uint64(40+r)))
@@ -1230,7 +1194,6 @@ func TestUnevenAllToAllDecidesAlike(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			w := newWorld(t, worldOpts{n: n, mode: mode, kernels: k, timeout: 30 * time.Second})
 			dt := dtype.BFloat16
-			es := dt.Size()
 			// rank r sends cnt(r, j) elements to rank j: nothing from rank
 			// 0, about 1.5 MiB in all from each of the others
 			cnt := func(r, j int) int {
@@ -1240,43 +1203,8 @@ func TestUnevenAllToAllDecidesAlike(t *testing.T) {
 				return 250000 + 1000*j + r
 			}
 			keep := [][]byte{}
-			ins, outs := make([][]byte, n), make([][]byte, n)
-			for r := 0; r < n; r++ {
-				tot, totOut := 0, 0
-				for j := 0; j < n; j++ {
-					tot += cnt(r, j)
-					totOut += cnt(j, r)
-				}
-				ins[r] = gradients(dt, max(tot, 1), uint64(50+r))
-				outs[r] = make([]byte, totOut*es)
-				keep = append(keep, ins[r], outs[r])
-			}
-			var ops [n]*Op
-			noErrors(t, "all_to_all", w.run(func(r int) *Op {
-				op := &Op{Kind: opkind.AllToAll, DType: dt}
-				in, out := addr(ins[r]), addr(outs[r])
-				for j := 0; j < n; j++ {
-					op.In = append(op.In, Buf{Ptr: in, Bytes: cnt(r, j) * es})
-					in += uintptr(cnt(r, j) * es)
-					op.Out = append(op.Out, Buf{Ptr: out, Bytes: cnt(j, r) * es})
-					out += uintptr(cnt(j, r) * es)
-				}
-				ops[r] = op
-				return op
-			}))
-			for r := 0; r < n; r++ {
-				got := outs[r]
-				for j := 0; j < n; j++ {
-					start := 0
-					for x := 0; x < r; x++ {
-						start += cnt(j, x)
-					}
-					want := ins[j][start*es : (start+cnt(j, r))*es]
-					if string(got[:len(want)]) != string(want) {
-						t.Fatalf("rank %d from %d", r, j)
-					}
-					got = got[len(want):]
-				}
+			ops := unevenAllToAll(t, w, dt, cnt, 50, func(x []byte) []byte { keep = append(keep, x); return x })
+			for r := range ops {
 				if ops[r].Decision.Coded != ops[0].Decision.Coded {
 					t.Fatalf("rank %d coded %v, rank 0 %v", r, ops[r].Decision.Coded, ops[0].Decision.Coded)
 				}
@@ -1287,4 +1215,51 @@ func TestUnevenAllToAllDecidesAlike(t *testing.T) {
 			runtime.KeepAlive(keep)
 		})
 	}
+}
+
+// unevenAllToAll runs an all_to_all on w in which rank r sends cnt(r, j)
+// elements of dt to rank j (inputs generated from seed+r, buffers passed to
+// hold so they outlive the op), checks every block bit for bit, and returns
+// the ops.
+func unevenAllToAll(t *testing.T, w *world, dt dtype.DType, cnt func(r, j int) int, seed uint64, hold func([]byte) []byte) []*Op {
+	t.Helper()
+	n, es := len(w.groups), dt.Size()
+	ins, outs := make([][]byte, n), make([][]byte, n)
+	for r := 0; r < n; r++ {
+		tot, totOut := 0, 0
+		for j := 0; j < n; j++ {
+			tot += cnt(r, j)
+			totOut += cnt(j, r)
+		}
+		ins[r] = hold(gradients(dt, max(tot, 1), seed+uint64(r)))
+		outs[r] = hold(make([]byte, totOut*es))
+	}
+	ops := make([]*Op, n)
+	noErrors(t, "all_to_all", w.run(func(r int) *Op {
+		op := &Op{Kind: opkind.AllToAll, DType: dt}
+		in, out := addr(ins[r]), addr(outs[r])
+		for j := 0; j < n; j++ {
+			op.In = append(op.In, Buf{Ptr: in, Bytes: cnt(r, j) * es})
+			in += uintptr(cnt(r, j) * es)
+			op.Out = append(op.Out, Buf{Ptr: out, Bytes: cnt(j, r) * es})
+			out += uintptr(cnt(j, r) * es)
+		}
+		ops[r] = op
+		return op
+	}))
+	for r := 0; r < n; r++ {
+		got := outs[r]
+		for j := 0; j < n; j++ {
+			start := 0
+			for x := 0; x < r; x++ {
+				start += cnt(j, x)
+			}
+			want := ins[j][start*es : (start+cnt(j, r))*es]
+			if string(got[:len(want)]) != string(want) {
+				t.Fatalf("all_to_all: rank %d from %d", r, j)
+			}
+			got = got[len(want):]
+		}
+	}
+	return ops
 }
