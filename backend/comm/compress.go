@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"time"
@@ -103,10 +104,17 @@ func (c *Comm) switcherInput(op *Op, size int) (switcher.Input, bool) {
 // payload, agreed by the check before the data moves: an all_to_all whose
 // decision could depend on its size. Each rank knows only its own splits,
 // and ranks deciding on different sizes would run different protocols.
-// Once the group has found its links all local, every size stays uncoded.
+// Where the switcher codes no size of it (links all local, data that does
+// not compress, a codec slower than the wire), every rank runs it uncoded
+// whatever the sizes, and the check runs alongside the data. (Before the
+// group has measured itself, a compressible all_to_all of any size
+// measures it: wantsProbe.)
 func (c *Comm) agreeSizeFirst(op *Op) bool {
-	return op.Kind == opkind.AllToAll && c.z.mode != switcher.Never && switcher.Compressible(op.DType) &&
-		!(c.z.profile.Measured && c.z.profile.NoCompress)
+	if op.Kind != opkind.AllToAll {
+		return false
+	}
+	in, ok := c.switcherInput(op, 0)
+	return ok && switcher.CodesAtSomeSize(in, c.z.th)
 }
 
 // decide sets t.decision, the switcher's call for op with payload size
@@ -162,13 +170,15 @@ func (c *Comm) takeLast() lastCall {
 // wantsProbe says whether op, with payload size, is the first one that
 // could be coded under Auto before the group measured itself. The answer
 // is the same on every rank that called the same op after the same
-// history.
+// history. An all_to_all measures the group whatever its size: its ranks
+// know only their own sizes, and until the group is measured each of them
+// would have to agree its size first, call after call (agreeSizeFirst).
 func (c *Comm) wantsProbe(op *Op, size int) bool {
 	if c.z.mode != switcher.Auto || c.z.profile.Measured || c.cfg.Size == 1 {
 		return false
 	}
 	_, ok := switcher.OpOf(op.Kind)
-	return ok && switcher.Compressible(op.DType) && size >= c.z.th.CompressMin
+	return ok && switcher.Compressible(op.DType) && (size >= c.z.th.CompressMin || op.Kind == opkind.AllToAll)
 }
 
 // estimate samples the op's local data for the check's telemetry.
@@ -217,6 +227,9 @@ const (
 	probeRounds = 3
 	probeBytes  = 4 << 20
 	probeSample = 1 << 20
+	// probeMinSample: a rank whose data is smaller times the codec on
+	// gaussianSample instead.
+	probeMinSample = 64 << 10
 )
 
 // probe measures the group once: latency and bandwidth around the ring
@@ -273,6 +286,12 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 		}
 	}
 	sample = sample[:min(len(sample), probeSample)/op.DType.Size()*op.DType.Size()]
+	if len(sample) < probeMinSample {
+		// this rank sends little or nothing (an all_to_all's splits): time
+		// the codec on typical weights instead, since a per-call overhead
+		// or no data at all would set the group's speed near zero for good
+		sample = gaussianSample(op.DType, probeSample)
+	}
 	var speeds [4]float64 // enc zip3, dec zip3, enc huff, dec huff
 	for i, k := range []codec.Kind{codec.Zip3, codec.Huff} {
 		enc, dec := codecSpeed(sample, op.DType, k)
@@ -329,6 +348,30 @@ const codecSpeedRuns = 4
 
 // codecSpeed times encodes and decodes of sample with kind k, in raw bytes
 // per second.
+// gaussianSample is n bytes of dt holding N(0, 0.02^2) values, the scale
+// of trained weights, the same on every call.
+func gaussianSample(dt dtype.DType, n int) []byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	sz := dt.Size()
+	b := make([]byte, n/sz*sz)
+	for i := 0; i < len(b); i += sz {
+		v := float32(rng.NormFloat64() * 0.02)
+		switch dt {
+		case dtype.BFloat16:
+			binary.LittleEndian.PutUint16(b[i:], dtype.F32ToBF16(v))
+		case dtype.Float16:
+			binary.LittleEndian.PutUint16(b[i:], dtype.F32ToF16(v))
+		case dtype.Float32:
+			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(v))
+		case dtype.Float8E4M3FN:
+			b[i] = dtype.F32ToE4M3FN(v * 100) // float8 tensors are scaled into range
+		case dtype.Float8E5M2:
+			b[i] = dtype.F32ToE5M2(v * 100)
+		}
+	}
+	return b
+}
+
 func codecSpeed(sample []byte, dt dtype.DType, k codec.Kind) (enc, dec float64) {
 	if len(sample) == 0 {
 		return 0, 0

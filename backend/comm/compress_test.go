@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/reduce"
@@ -310,6 +311,32 @@ func TestAutoFeedbackSurvivesAMismatch(t *testing.T) {
 	}
 }
 
+// unevenAllToAll runs one all_to_all of n ranks under r in which rank i
+// sends numel(i, j) bf16 elements of data(seed, numel) to rank j, and
+// checks every block bit for bit. It returns one rank's op (rank 0's).
+func unevenAllToAll(t *testing.T, r *rig, n int, numel func(i, j int) int, data func(seed uint64, n int) []byte) *Op {
+	t.Helper()
+	outs := make([][][]byte, n)
+	ops := make([]*Op, n)
+	for _, x := range r.everyRank(func(i int) *Op {
+		op := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16}
+		for j := range n {
+			op.In = append(op.In, data(uint64(100*i+j), numel(i, j)))
+			op.Out = append(op.Out, make([]byte, 2*numel(j, i)))
+		}
+		outs[i], ops[i] = op.Out, op
+		return op
+	}) {
+		require.NoError(t, x.err)
+	}
+	for i := range n {
+		for j := range n {
+			require.Equal(t, data(uint64(100*j+i), numel(j, i)), outs[i][j], "rank %d from %d", i, j)
+		}
+	}
+	return ops[0]
+}
+
 // An all_to_all with uneven splits under auto, on links where the model
 // codes: each rank holds a different payload (one below the compression
 // size, the others above), yet every rank must take the same decision, and
@@ -320,35 +347,74 @@ func TestAutoUnevenAllToAllAgrees(t *testing.T) {
 	r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": "auto"} })
 	// rank i sends numel(i, j) bf16 elements to rank j
 	numel := func(i, j int) int { return []int{40 << 10, 600 << 10, 900 << 10}[i] + 1024*j }
-	a2a := func() {
-		outs := make([][][]byte, n)
-		for _, x := range r.everyRank(func(i int) *Op {
-			op := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16}
-			for j := range n {
-				op.In = append(op.In, gaussBF16(uint64(100*i+j), numel(i, j)))
-				op.Out = append(op.Out, make([]byte, 2*numel(j, i)))
-			}
-			outs[i] = op.Out
-			return op
-		}) {
-			require.NoError(t, x.err)
-		}
-		for i := range n {
-			for j := range n {
-				require.Equal(t, gaussBF16(uint64(100*j+i), numel(j, i)), outs[i][j], "rank %d from %d", i, j)
-			}
-		}
-	}
-	a2a() // probes (loopback: uncoded)
+	unevenAllToAll(t, r, n, numel, gaussBF16) // probes (loopback: uncoded)
 	for _, c := range r.comms {
 		gigabit(c)
 	}
 	for range 8 {
-		a2a()
+		op := unevenAllToAll(t, r, n, numel, gaussBF16)
+		require.True(t, r.comms[0].agreeSizeFirst(op), "the model codes some sizes: the ranks agree on one first")
 	}
 	st := opStats(t, r.comms[0])["all_to_all"]
 	require.NotZero(t, st.Choices["zip3"]+st.Choices["huff"], "%v: the model codes these calls", st.Choices)
 	for rank, c := range r.comms {
 		require.Equal(t, st.Choices, opStats(t, c)["all_to_all"].Choices, "rank %d", rank)
+	}
+}
+
+// The same calls on random bits: once the group has learnt that they do
+// not compress, the model codes no size of them, so the ranks skip the size
+// exchange and run the check alongside the data, each uncoded, still
+// agreeing call after call.
+func TestAutoUnevenAllToAllOfRandomBits(t *testing.T) {
+	const n = 3
+	r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+	numel := func(i, j int) int { return []int{40 << 10, 600 << 10, 900 << 10}[i] + 1024*j }
+	random := func(seed uint64, n int) []byte {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		b := make([]byte, 2*n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	unevenAllToAll(t, r, n, numel, random) // probes; learns the ratios
+	for _, c := range r.comms {
+		gigabit(c)
+	}
+	for i := range 6 {
+		op := unevenAllToAll(t, r, n, numel, random)
+		require.False(t, r.comms[0].agreeSizeFirst(op), "call %d: no size codes", i)
+	}
+	for rank, c := range r.comms {
+		require.Equal(t, map[string]int64{"raw": 7}, opStats(t, c)["all_to_all"].Choices, "rank %d", rank)
+	}
+}
+
+// The first all_to_all under auto measures the group whatever its size, so
+// that its ranks, each knowing only its own splits, need not agree their
+// sizes first on every later call. A rank that sends nothing in it times
+// the codec on stand-in data: its empty sample used to fold the group's
+// codec speed to zero, which kept every later call uncoded.
+func TestFirstAllToAllMeasuresTheGroup(t *testing.T) {
+	for _, first := range []int{0, 4 << 10} { // rank 0's elements per peer
+		t.Run(fmt.Sprint(first), func(t *testing.T) {
+			const n = 3
+			r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+			numel := func(i, j int) int { return []int{first, 8 << 10, 20 << 10}[i] }
+			op := unevenAllToAll(t, r, n, numel, gaussBF16)
+			for rank, c := range r.comms {
+				p := c.z.profile
+				require.True(t, p.Measured, "rank %d", rank)
+				for _, k := range []codec.Kind{codec.Zip3, codec.Huff} {
+					require.Positive(t, p.Enc[k], "rank %d: %v encode speed", rank, k)
+					require.Positive(t, p.Dec[k], "rank %d: %v decode speed", rank, k)
+				}
+				require.Equal(t, r.comms[0].z.profile, p, "rank %d", rank)
+			}
+			// loopback: nothing codes, so the sizes need no agreement
+			require.False(t, r.comms[0].agreeSizeFirst(op))
+			unevenAllToAll(t, r, n, numel, gaussBF16)
+		})
 	}
 }

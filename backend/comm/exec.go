@@ -124,6 +124,11 @@ func (c *Comm) runCollective(t *task) error {
 		return c.collErr(t, fields, dataErr)
 	}
 	step := c.decide(op, t, size)
+	if op.Kind == opkind.AllToAll {
+		// its size is this rank's own, not a key the group shares; and
+		// uncoded at every size, it has nothing for the feedback to check
+		t.keyed = false
+	}
 	fields = fields.withDecision(c.z.mode, t.decision)
 	conn.desc = fields.encode()
 	dataCtx, dataCancel := context.WithCancelCause(ctx)

@@ -276,6 +276,18 @@ func Decide(in Input, th Defaults) Decision {
 	return dec
 }
 
+// CodesAtSomeSize reports whether Decide codes calls like in at some
+// payload (in.Bytes is ignored). Every modelled time is the same latency
+// term plus a cost linear in the payload, and the size thresholds are
+// lower bounds, so the sizes that code are all those above one size: a
+// call not coded at the largest payload is coded at none. Ranks that hold
+// the same agreed state and know only their own payloads (an all_to_all
+// with uneven splits) then decide alike without exchanging sizes.
+func CodesAtSomeSize(in Input, th Defaults) bool {
+	in.Bytes = math.MaxInt
+	return Decide(in, th).Coded
+}
+
 func ratio(in Input, k codec.Kind) float64 {
 	if r := in.Ratio[k]; r > 0 {
 		return r

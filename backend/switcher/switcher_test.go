@@ -1,6 +1,7 @@
 package switcher
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,4 +109,51 @@ func TestParseMode(t *testing.T) {
 	}
 	_, err := ParseMode("sometimes")
 	require.ErrorContains(t, err, "sometimes")
+}
+
+// CodesAtSomeSize must agree with Decide over the whole size range: if it
+// says no size codes, ranks with different payloads skip the size exchange
+// and would run different protocols should any size code after all.
+func TestCodesAtSomeSize(t *testing.T) {
+	var sizes []int
+	for b := 1; b < 1<<46; b *= 2 {
+		sizes = append(sizes, b-1, b, b+b/3)
+	}
+	sizes = append(sizes, math.MaxInt)
+	slowCodec := tenGig
+	slowCodec.Enc, slowCodec.Dec = [3]float64{0, 1e9, 0.3e9}, [3]float64{0, 1e9, 0.3e9}
+	// a long-haul link (weights synced across sites), where a barely
+	// compressible call pays only once its transfer dwarfs the latency
+	wan := Profile{Measured: true, Alpha: 50e-3, Beta: 8 / 1e9, Enc: codecSpeeds, Dec: codecSpeeds}
+	profiles := []Profile{{}, loopback, gigabit, tenGig, slowCodec, wan, {Measured: true, Alpha: 1e-3, Beta: 8 / 100e9, Enc: codecSpeeds, Dec: codecSpeeds}}
+	ratios := [][3]float64{{}, {1, 1.001, 1.0005}, {1, 1.05, 1.06}, {1, 1.08, 1.09}, {1, 1.42, 1.51}}
+	seen := map[bool]int{}
+	for _, op := range []Op{AllReduce, ReduceScatter, AllGather, AllToAll, Broadcast, SendRecv} {
+		for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Int32} {
+			for _, mode := range []Mode{Auto, Always, Never} {
+				for _, p := range profiles {
+					for _, r := range ratios {
+						x := in(op, dt, 0, mode, p)
+						x.Ratio = r
+						some := CodesAtSomeSize(x, DefaultThresholds)
+						seen[some]++
+						coded := false
+						for _, b := range sizes {
+							x.Bytes = b
+							coded = coded || Decide(x, DefaultThresholds).Coded
+						}
+						require.Equal(t, coded, some, "%v %v %v %+v ratios %v", op, dt, mode, p, r)
+					}
+				}
+			}
+		}
+	}
+	require.Positive(t, seen[true])
+	require.Positive(t, seen[false])
+	// the case the engine relies on: random bits on a 10 Gbit/s link
+	x := in(AllToAll, dtype.BFloat16, 0, Auto, tenGig)
+	x.Ratio = [3]float64{1, 1.001, 1.0005}
+	require.False(t, CodesAtSomeSize(x, DefaultThresholds))
+	x.Ratio = [3]float64{}
+	require.True(t, CodesAtSomeSize(x, DefaultThresholds))
 }
