@@ -346,8 +346,6 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 // the group (which keeps its slowest rank's figure) give up on coding.
 const codecSpeedRuns = 4
 
-// codecSpeed times encodes and decodes of sample with kind k, in raw bytes
-// per second.
 // gaussianSample is n bytes of dt holding N(0, 0.02^2) values, the scale
 // of trained weights, the same on every call.
 func gaussianSample(dt dtype.DType, n int) []byte {
@@ -372,6 +370,8 @@ func gaussianSample(dt dtype.DType, n int) []byte {
 	return b
 }
 
+// codecSpeed times encodes and decodes of sample with kind k, in raw bytes
+// per second.
 func codecSpeed(sample []byte, dt dtype.DType, k codec.Kind) (enc, dec float64) {
 	if len(sample) == 0 {
 		return 0, 0
