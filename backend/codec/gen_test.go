@@ -1,8 +1,6 @@
 package codec
 
 import (
-	"encoding/binary"
-	"math"
 	"math/rand/v2"
 
 	"github.com/zipccl/zipccl/backend/dtype"
@@ -14,22 +12,9 @@ var allKinds = []Kind{Raw, Zip3, Huff, Auto}
 
 // fromF64 converts float64 values to the bytes of dt.
 func fromF64(dt dtype.DType, v []float64) []byte {
-	size := dt.Size()
-	b := make([]byte, len(v)*size)
+	b := make([]byte, len(v)*dt.Size())
 	for i, x := range v {
-		f := float32(x)
-		switch dt {
-		case dtype.Float32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-		case dtype.BFloat16:
-			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(f))
-		case dtype.Float16:
-			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToF16(f))
-		case dtype.Float8E4M3FN:
-			b[i] = dtype.F32ToE4M3FN(f)
-		case dtype.Float8E5M2:
-			b[i] = dtype.F32ToE5M2(f)
-		default:
+		if !putFloat(dt, b, i, float32(x)) {
 			panic("fromF64: " + dt.String())
 		}
 	}

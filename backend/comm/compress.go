@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"time"
@@ -228,7 +227,7 @@ const (
 	probeBytes  = 4 << 20
 	probeSample = 1 << 20
 	// probeMinSample: a rank whose data is smaller times the codec on
-	// gaussianSample instead.
+	// codec.StandIn instead.
 	probeMinSample = 64 << 10
 )
 
@@ -290,7 +289,7 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 		// this rank sends little or nothing (an all_to_all's splits): time
 		// the codec on typical weights instead, since a per-call overhead
 		// or no data at all would set the group's speed near zero for good
-		sample = gaussianSample(op.DType, probeSample)
+		sample = codec.StandIn(op.DType, probeSample)
 	}
 	var speeds [4]float64 // enc zip3, dec zip3, enc huff, dec huff
 	for i, k := range []codec.Kind{codec.Zip3, codec.Huff} {
@@ -345,30 +344,6 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 // (after a warm-up), so that one preemption on a busy machine does not make
 // the group (which keeps its slowest rank's figure) give up on coding.
 const codecSpeedRuns = 4
-
-// gaussianSample is n bytes of dt holding N(0, 0.02^2) values, the scale
-// of trained weights, the same on every call.
-func gaussianSample(dt dtype.DType, n int) []byte {
-	rng := rand.New(rand.NewPCG(1, 2))
-	sz := dt.Size()
-	b := make([]byte, n/sz*sz)
-	for i := 0; i < len(b); i += sz {
-		v := float32(rng.NormFloat64() * 0.02)
-		switch dt {
-		case dtype.BFloat16:
-			binary.LittleEndian.PutUint16(b[i:], dtype.F32ToBF16(v))
-		case dtype.Float16:
-			binary.LittleEndian.PutUint16(b[i:], dtype.F32ToF16(v))
-		case dtype.Float32:
-			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(v))
-		case dtype.Float8E4M3FN:
-			b[i] = dtype.F32ToE4M3FN(v * 100) // float8 tensors are scaled into range
-		case dtype.Float8E5M2:
-			b[i] = dtype.F32ToE5M2(v * 100)
-		}
-	}
-	return b
-}
 
 // codecSpeed times encodes and decodes of sample with kind k, in raw bytes
 // per second.

@@ -140,6 +140,7 @@ const (
 	sWsDec
 	sProbe
 	sProbeFold
+	sStandIn
 )
 
 func (g *Group) buf(k *Kernels, slot int, n int64) (uintptr, error) {
@@ -673,16 +674,35 @@ func (g *Group) probe(op *Op, c ncclComm, deadline time.Time) error {
 	return nil
 }
 
+// standInBytes: a rank with less input than this times the kernels on
+// codec.StandIn data of this size instead. Launch costs would dominate a
+// small buffer, and an empty one (an all_to_all's splits) times nothing:
+// either would fold the group's kernel speed to almost nothing, and keep
+// the group uncoded for good. (Tests on the CPU emulation of the kernels
+// lower it.)
+var standInBytes int64 = 16 << 20
+
 // kernelSpeed times a zip3 encode and decode of (up to 64 MiB of) op's
 // input on its stream, in raw bytes per second; 0 when it cannot.
 func (g *Group) kernelSpeed(k *Kernels, op *Op) (enc, dec float64) {
 	dev, st := op.Device, op.Stream
 	es := int64(op.DType.Size())
-	src := op.In[0]
-	count := min(int64(src.Bytes), 64<<20) / es
-	if count == 0 {
-		return 0, 0
+	src, bytes := op.In[0].Ptr, int64(op.In[0].Bytes)
+	if op.Kind == opkind.AllToAll {
+		bytes = int64(sumBytes(op.In)) // packed (codedLayout): the whole input
 	}
+	if bytes < standInBytes {
+		p, err := g.buf(k, sStandIn, standInBytes)
+		if err != nil || k.CopyFromHost(dev, p, codec.StandIn(op.DType, int(standInBytes))) != nil {
+			return 0, 0
+		}
+		defer func() { // the timing has synchronized the stream
+			k.Free(g.device, p)
+			delete(g.scratch, sStandIn)
+		}()
+		src, bytes = p, standInBytes
+	}
+	count := min(bytes, 64<<20) / es
 	counts := []int64{count}
 	frame, err1 := g.buf(k, sMine, roundUp(k.MaxFrameLen(op.DType, count), 128))
 	out, err2 := g.buf(k, sGather, count*es)
@@ -695,7 +715,7 @@ func (g *Group) kernelSpeed(k *Kernels, op *Op) (enc, dec float64) {
 	var tEnc, tDec time.Duration
 	for i := 0; i < 2; i++ { // the first round warms up
 		start := time.Now()
-		if k.EncodeFrames(dev, op.DType, src.Ptr, counts, frame, []int64{0}, lens, wsE, g.scratch[sWsEnc].n, st) != nil || k.WorkspaceStatus(dev, wsE, st) != nil {
+		if k.EncodeFrames(dev, op.DType, src, counts, frame, []int64{0}, lens, wsE, g.scratch[sWsEnc].n, st) != nil || k.WorkspaceStatus(dev, wsE, st) != nil {
 			return 0, 0
 		}
 		tEnc = time.Since(start)

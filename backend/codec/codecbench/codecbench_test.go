@@ -3,13 +3,13 @@ package codecbench
 import (
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
 )
 
@@ -53,20 +53,7 @@ func TestReport(t *testing.T) {
 		t.Skip("set ZIPCCL_CODECBENCH_MIB")
 	}
 	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Float16} {
-		r := rand.New(rand.NewPCG(7, 7))
-		n := mib << 20 / dt.Size()
-		b := make([]byte, n*dt.Size())
-		for i := 0; i < n; i++ {
-			v := float32(r.NormFloat64() * 0.02)
-			switch dt {
-			case dtype.BFloat16:
-				binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(v))
-			case dtype.Float16:
-				binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToF16(v))
-			case dtype.Float32:
-				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-			}
-		}
+		b := codec.StandIn(dt, mib<<20)
 		for _, row := range Run(b, dt, Options{Rounds: 7, MinTime: 100 * time.Millisecond}) {
 			t.Log(row)
 		}
