@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
@@ -54,8 +55,11 @@ type Comm struct {
 	shared atomic.Pointer[compression] // a copy of z for point-to-point ops
 	fb     switcher.Feedback           // executor only: measured times
 	last   lastCall                    // executor only: the previous collective
-	stats  stats
-	dev    device // the GPU side (device.go), set up at the first CUDA op
+	// executor only: the agreed largest payload of the last all_to_all of
+	// each dtype, which the next one is decided on (sizeOf)
+	a2aSize map[dtype.DType]int
+	stats   stats
+	dev     device // the GPU side (device.go), set up at the first CUDA op
 }
 
 type task struct {

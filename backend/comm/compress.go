@@ -101,19 +101,41 @@ func (c *Comm) switcherInput(op *Op, size int) (switcher.Input, bool) {
 
 // agreeSizeFirst says whether op's decision needs the group's largest
 // payload, agreed by the check before the data moves: an all_to_all whose
-// decision could depend on its size. Each rank knows only its own splits,
-// and ranks deciding on different sizes would run different protocols.
-// Where the switcher codes no size of it (links all local, data that does
-// not compress, a codec slower than the wire), every rank runs it uncoded
-// whatever the sizes, and the check runs alongside the data. (Before the
-// group has measured itself, a compressible all_to_all of any size
-// measures it: wantsProbe.)
+// decision could depend on its size, when the group has not yet agreed the
+// size of an earlier one of its dtype (see sizeOf). Each rank knows only
+// its own splits, and ranks deciding on different sizes would run
+// different protocols. Where the switcher codes no size of it (links all
+// local, data that does not compress, a codec slower than the wire), every
+// rank runs it uncoded whatever the sizes. (Before the group has measured
+// itself, a compressible all_to_all of any size measures it: wantsProbe.)
 func (c *Comm) agreeSizeFirst(op *Op) bool {
 	if op.Kind != opkind.AllToAll {
 		return false
 	}
+	if _, known := c.a2aSize[op.DType]; known {
+		return false
+	}
 	in, ok := c.switcherInput(op, 0)
 	return ok && switcher.CodesAtSomeSize(in, c.z.th)
+}
+
+// sizeOf is the payload op is decided on, and whether every rank decides
+// on that same figure. For an all_to_all it is the largest payload of the
+// last one of its dtype, agreed by that call's check: the ranks know only
+// their own splits, and MoE layers repeat calls of about the same size
+// (same batch, other routing), so the last agreed size stands in for this
+// one's without a round of messages before the data. A call whose size
+// differs a lot from the last one may then be coded where raw would be
+// faster, or the other way round, once.
+func (c *Comm) sizeOf(op *Op, own int) (int, bool) {
+	if op.Kind != opkind.AllToAll {
+		return own, true
+	}
+	s, known := c.a2aSize[op.DType]
+	if !known {
+		return own, false
+	}
+	return s, true
 }
 
 // decide sets t.decision, the switcher's call for op with payload size
@@ -203,9 +225,16 @@ func (c *Comm) estimate(op *Op) telemetry {
 // learn folds the group's agreed telemetry into the switcher's state: the
 // previous collective's time, and the ratios used for later ops of the
 // same dtype.
-func (c *Comm) learn(dt dtype.DType, prev lastCall, t telemetry) {
+func (c *Comm) learn(op *Op, prev lastCall, t telemetry) {
 	if prev.keyed {
 		c.fb.Record(prev.key, prev.kind, t.prev)
+	}
+	dt := op.DType
+	if op.Kind == opkind.AllToAll {
+		if c.a2aSize == nil {
+			c.a2aSize = map[dtype.DType]int{}
+		}
+		c.a2aSize[dt] = int(t.size)
 	}
 	r := c.z.ratios[dt]
 	if t.zip3 > 0 {

@@ -353,7 +353,7 @@ func TestAutoUnevenAllToAllAgrees(t *testing.T) {
 	}
 	for range 8 {
 		op := unevenAllToAll(t, r, n, numel, gaussBF16)
-		require.True(t, r.comms[0].agreeSizeFirst(op), "the model codes some sizes: the ranks agree on one first")
+		require.False(t, r.comms[0].agreeSizeFirst(op), "the last call's size is agreed: no exchange before the data")
 	}
 	st := opStats(t, r.comms[0])["all_to_all"]
 	require.NotZero(t, st.Choices["zip3"]+st.Choices["huff"], "%v: the model codes these calls", st.Choices)
@@ -417,4 +417,50 @@ func TestFirstAllToAllMeasuresTheGroup(t *testing.T) {
 			unevenAllToAll(t, r, n, numel, gaussBF16)
 		})
 	}
+}
+
+// Where the model codes some sizes, the first all_to_all of a dtype agrees
+// its size before the data; every later one is decided on the largest
+// payload of the one before, agreed by that call's check, and runs its
+// check alongside the data. A call much smaller or larger than the last
+// is then decided as for the last one's size: every rank alike, with every
+// block delivered bit for bit.
+func TestAutoAllToAllDecidesOnTheLastAgreedSize(t *testing.T) {
+	const n = 3
+	r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+	for _, c := range r.comms {
+		gigabit(c) // measured: no probing call
+	}
+	large := func(i, j int) int { return []int{40 << 10, 600 << 10, 900 << 10}[i] + 1024*j }
+	small := func(i, j int) int { return 1000 + 100*i + j } // all below the compression size
+	choices := func() map[string]int64 {
+		ch := opStats(t, r.comms[0])["all_to_all"].Choices
+		for rank, c := range r.comms {
+			require.Equal(t, ch, opStats(t, c)["all_to_all"].Choices, "rank %d", rank)
+		}
+		return ch
+	}
+	op := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16}
+	require.True(t, r.comms[0].agreeSizeFirst(op), "no size agreed yet")
+	unevenAllToAll(t, r, n, large, gaussBF16) // agrees its size first
+	require.False(t, r.comms[0].agreeSizeFirst(op))
+	require.Equal(t, int64(1), choices()["huff"]+choices()["zip3"], "%v", choices())
+	unevenAllToAll(t, r, n, small, gaussBF16) // decided as for the large one
+	require.Equal(t, int64(2), choices()["huff"]+choices()["zip3"], "%v", choices())
+	unevenAllToAll(t, r, n, large, gaussBF16) // decided as for the small one
+	require.Equal(t, int64(1), choices()["raw"], "%v", choices())
+	require.Zero(t, opStats(t, r.comms[0])["all_to_all"].Overrides, "the model left it raw")
+	// decided as for the large one again: the model codes it. The small
+	// call decided as for that size does not count for the feedback (its
+	// time is not a large call's), so this is the second call of the large
+	// size, and only the next one is run raw once to time it.
+	unevenAllToAll(t, r, n, large, gaussBF16)
+	require.Equal(t, int64(3), choices()["huff"]+choices()["zip3"], "%v", choices())
+	require.Zero(t, opStats(t, r.comms[0])["all_to_all"].Overrides)
+	unevenAllToAll(t, r, n, large, gaussBF16)
+	require.Equal(t, int64(2), choices()["raw"], "%v", choices())
+	for rank, c := range r.comms {
+		require.Equal(t, int64(1), opStats(t, c)["all_to_all"].Overrides, "rank %d", rank)
+	}
+	require.Equal(t, map[dtype.DType]int{dtype.BFloat16: 2 * 3 * (900<<10 + 1024)}, r.comms[1].a2aSize)
 }

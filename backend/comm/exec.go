@@ -102,7 +102,7 @@ func (c *Comm) runCollective(t *task) error {
 		if err != nil {
 			return c.collErr(t, fields, err)
 		}
-		c.learn(op.DType, prev, agreed)
+		c.learn(op, prev, agreed)
 		size = int(agreed.size)
 		probed := c.wantsProbe(op, size)
 		if probed {
@@ -123,11 +123,15 @@ func (c *Comm) runCollective(t *task) error {
 		}
 		return c.collErr(t, fields, dataErr)
 	}
-	step := c.decide(op, t, size)
-	if op.Kind == opkind.AllToAll {
-		// its size is this rank's own, not a key the group shares; and
-		// uncoded at every size, it has nothing for the feedback to check
+	decideOn, agreed := c.sizeOf(op, size)
+	step := c.decide(op, t, decideOn)
+	if !agreed {
+		// an all_to_all uncoded at every size (agreeSizeFirst): its size is
+		// this rank's own, not a key the group shares, and there is nothing
+		// for the feedback to check
 		t.keyed = false
+	} else if decideOn != size {
+		t.decision.Why = fmt.Sprintf("decided on the last all_to_all's largest payload (%d bytes): %s", decideOn, t.decision.Why)
 	}
 	fields = fields.withDecision(c.z.mode, t.decision)
 	conn.desc = fields.encode()
@@ -156,8 +160,15 @@ func (c *Comm) runCollective(t *task) error {
 		// Not agreed (ranks may have timed different ops): forget it.
 		c.last = lastCall{}
 	} else {
-		c.learn(op.DType, prev, res.tele)
-		c.fb.Commit(step)
+		c.learn(op, prev, res.tele)
+		if op.Kind == opkind.AllToAll && int(res.tele.size) != decideOn {
+			// decided on the last call's size, it was another size: its
+			// time says nothing of the calls under that key (the same
+			// outcome on every rank, as the size is agreed)
+			c.last.keyed = false
+		} else {
+			c.fb.Commit(step)
+		}
 		if op.Kind == opkind.AllToAll {
 			dataErr = c.splitStatus(ctx, conn, fields, dataErr)
 		}
