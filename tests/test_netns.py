@@ -59,6 +59,17 @@ got = torch.empty(m)
 dist.all_to_all_single(got, inp, output_split_sizes=[0, m], input_split_sizes=[0, 0] if rank == 0 else [m, m], group=g)
 assert torch.equal(got, data[m * rank:m * (rank + 1)]), "uneven all_to_all"
 assert zipccl.stats(g)["ops"]["all_to_all"]["choices"] != {"raw": 1}, zipccl.stats(g)
+# Then the splits change from call to call (s[r]: what rank r sends to each
+# rank). Each call is decided on the size the last one agreed, so both ranks
+# still take the same decision, whatever their own sizes now.
+def payload(k, r, n):
+    return torch.randn(2 * n, generator=torch.Generator().manual_seed(100 * k + r))
+for k, s in enumerate([(m // 2, 0), (3, m), (0, 0), (m, 5)]):
+    got = torch.empty(s[0] + s[1])
+    dist.all_to_all_single(got, payload(k, rank, s[rank]), output_split_sizes=list(s),
+                           input_split_sizes=[s[rank]] * 2, group=g)
+    want = torch.cat([payload(k, r, s[r])[s[r] * rank:s[r] * (rank + 1)] for r in range(2)])
+    assert torch.equal(got, want), f"uneven all_to_all, call {k}"
 dist.barrier()
 stats = zipccl.stats()
 print("wire", sum(v["wire_bytes"] for v in stats["ops"].values()), flush=True)

@@ -464,3 +464,13 @@ func TestAutoAllToAllDecidesOnTheLastAgreedSize(t *testing.T) {
 	}
 	require.Equal(t, map[dtype.DType]int{dtype.BFloat16: 2 * 3 * (900<<10 + 1024)}, r.comms[1].a2aSize)
 }
+
+// Error messages name an op by its descriptor: an all_to_all's lengths are
+// per pair (checked message by message), so it shows none.
+func TestDescriptorNames(t *testing.T) {
+	a2a := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16, In: [][]byte{nil, make([]byte, 64)}, Out: [][]byte{nil, make([]byte, 8)}}
+	coded := switcher.Decision{Zcoll: true, Coded: true, Kind: codec.Zip3}
+	require.Equal(t, "all_to_all(bfloat16, compress=always, coded zip3)", describe(a2a, 0).withDecision(switcher.Always, coded).String())
+	ar := &Op{Kind: opkind.AllReduce, DType: dtype.Float32, In: [][]byte{make([]byte, 4096)}, ReduceOp: reduce.Sum}
+	require.Equal(t, "all_reduce(float32, 1024 elements, SUM)", describe(ar, 0).String())
+}

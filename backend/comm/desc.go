@@ -69,7 +69,7 @@ func (f descFields) String() string {
 		return "barrier()"
 	}
 	s := fmt.Sprintf("%s(%s", f.kind, f.dt)
-	if f.count != 0 || f.layout == 0 {
+	if f.kind != opkind.AllToAll && (f.count != 0 || f.layout == 0) { // all_to_all: lengths per pair
 		s += fmt.Sprintf(", %d elements", f.count)
 	}
 	if f.layout != 0 {
