@@ -14,7 +14,7 @@ var allKinds = []Kind{Raw, Zip3, Huff, Auto}
 func fromF64(dt dtype.DType, v []float64) []byte {
 	b := make([]byte, len(v)*dt.Size())
 	for i, x := range v {
-		if !putFloat(dt, b, i, float32(x)) {
+		if !dtype.PutFloat32(dt, b, i, float32(x)) {
 			panic("fromF64: " + dt.String())
 		}
 	}

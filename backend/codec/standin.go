@@ -1,8 +1,6 @@
 package codec
 
 import (
-	"encoding/binary"
-	"math"
 	"math/rand/v2"
 
 	"github.com/zipccl/zipccl/backend/dtype"
@@ -21,27 +19,7 @@ func StandIn(dt dtype.DType, n int) []byte {
 	}
 	b := make([]byte, n/dt.Size()*dt.Size())
 	for i := range len(b) / dt.Size() {
-		putFloat(dt, b, i, float32(rng.NormFloat64()*scale))
+		dtype.PutFloat32(dt, b, i, float32(rng.NormFloat64()*scale))
 	}
 	return b
-}
-
-// putFloat stores v, rounded to dt, as element i of b; false if dt is not
-// one of the coded float types.
-func putFloat(dt dtype.DType, b []byte, i int, v float32) bool {
-	switch dt {
-	case dtype.Float32:
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	case dtype.BFloat16:
-		binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(v))
-	case dtype.Float16:
-		binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToF16(v))
-	case dtype.Float8E4M3FN:
-		b[i] = dtype.F32ToE4M3FN(v)
-	case dtype.Float8E5M2:
-		b[i] = dtype.F32ToE5M2(v)
-	default:
-		return false
-	}
-	return true
 }

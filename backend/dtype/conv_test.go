@@ -1,6 +1,8 @@
 package dtype
 
 import (
+	"bytes"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -217,6 +219,36 @@ func TestNarrowAgainstNearestEven(t *testing.T) {
 					t.FailNow()
 				}
 			}
+		}
+	}
+}
+
+// PutFloat32 stores each float type's rounding of the value at the element's
+// offset, and refuses the other types.
+func TestPutFloat32(t *testing.T) {
+	const f = float32(-1.7)
+	for _, c := range []struct {
+		d    DType
+		want []byte
+	}{
+		{Float32, binary.LittleEndian.AppendUint32(nil, math.Float32bits(f))},
+		{BFloat16, binary.LittleEndian.AppendUint16(nil, F32ToBF16(f))},
+		{Float16, binary.LittleEndian.AppendUint16(nil, F32ToF16(f))},
+		{Float8E4M3FN, []byte{F32ToE4M3FN(f)}},
+		{Float8E5M2, []byte{F32ToE5M2(f)}},
+	} {
+		b := make([]byte, 3*c.d.Size())
+		if !PutFloat32(c.d, b, 1, f) {
+			t.Fatalf("%v: refused", c.d)
+		}
+		if want := append(append(make([]byte, c.d.Size()), c.want...), make([]byte, c.d.Size())...); !bytes.Equal(b, want) {
+			t.Fatalf("%v: got % x, want % x", c.d, b, want)
+		}
+	}
+	for _, d := range []DType{Float64, Int32, Bool} {
+		b := make([]byte, 8)
+		if PutFloat32(d, b, 0, f) || !bytes.Equal(b, make([]byte, 8)) {
+			t.Fatalf("%v: stored", d)
 		}
 	}
 }

@@ -4,9 +4,7 @@ package gotest
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -51,19 +49,7 @@ func gaussian(dt dtype.DType, n int, sigma float64, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, 17))
 	b := make([]byte, n*dt.Size())
 	for i := 0; i < n; i++ {
-		f := float32(r.NormFloat64() * sigma)
-		switch dt {
-		case dtype.BFloat16:
-			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(f))
-		case dtype.Float16:
-			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToF16(f))
-		case dtype.Float32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-		case dtype.Float8E4M3FN:
-			b[i] = dtype.F32ToE4M3FN(f)
-		case dtype.Float8E5M2:
-			b[i] = dtype.F32ToE5M2(f)
-		}
+		dtype.PutFloat32(dt, b, i, float32(r.NormFloat64()*sigma))
 	}
 	return b
 }
