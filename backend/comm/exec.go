@@ -161,10 +161,11 @@ func (c *Comm) runCollective(t *task) error {
 		c.last = lastCall{}
 	} else {
 		c.learn(op, prev, res.tele)
-		if op.Kind == opkind.AllToAll && int(res.tele.size) != decideOn {
-			// decided on the last call's size, it was another size: its
-			// time says nothing of the calls under that key (the same
-			// outcome on every rank, as the size is agreed)
+		if op.Kind == opkind.AllToAll && (!agreed || int(res.tele.size) != decideOn) {
+			// decided on the last call's size, it was another size (or on
+			// this rank's own): its time says nothing of the calls under
+			// that key (the same outcome on every rank, as the size is
+			// agreed)
 			c.last.keyed = false
 		} else {
 			c.fb.Commit(step)
