@@ -28,8 +28,10 @@ const (
 	// protocolVersion changes with any message ranks exchange, the
 	// engine's included, so that mixed builds fail at connect time
 	// (2: the agreement check's record carries the previous call's time
-	// and the op's largest payload).
-	protocolVersion = 2
+	// and the op's largest payload; 3: an all_to_all is decided on the last
+	// one's agreed size and measures the group at any size, so ranks of
+	// different builds would run different protocols).
+	protocolVersion = 3
 	nonceLen        = 16
 	macLen          = sha256.Size
 	maxNameLen      = 4096
