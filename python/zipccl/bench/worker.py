@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from . import data as bench_data
-from .ops import Bound, bind, compare, input_numel, reorder_tolerance
+from .ops import Bound, a2a_splits, bind, compare, input_numel, reorder_tolerance
 from .specs import OPS, OpSpec, align_size
 
 EVENT_PREFIX = "@zipccl-bench "
@@ -132,10 +132,11 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
     itemsize = torch.empty(0, dtype=dtype).element_size()
     size = align_size(size, itemsize, n, spec)
     count = size // itemsize
-    inp = bench_data.make_input(cfg["data"], input_numel(spec, count, n), dtype, rank, n,
-                                seed=cfg["seed"] + size)
+    splits = a2a_splits(count, n, cfg["a2a_skew"]) if spec.name == "all_to_all" and cfg.get("a2a_skew") else None
+    numel = sum(splits[rank]) if splits else input_numel(spec, count, n)
+    inp = bench_data.make_input(cfg["data"], numel, dtype, rank, n, seed=cfg["seed"] + size)
     backends = list(groups)
-    bounds = {b: bind(spec, groups[b], inp, rank, n) for b in backends}
+    bounds = {b: bind(spec, groups[b], inp, rank, n, splits) for b in backends}
 
     # 1. correctness: the same input through every backend.
     for b in backends:
@@ -203,6 +204,10 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
             "check": "ref" if b == ref_backend and len(backends) > 1 else
                      checks.get(b, ("-", 0.0))[0],
             "maxdiff": checks.get(b, ("-", 0.0))[1],
+            "splits": f"skew {cfg['a2a_skew']:g}" if splits else "even",
+            # an uneven all_to_all sends what leaves each rank, uncoded
+            "nominal_wire_bytes": (sum(x for r, row in enumerate(splits) for j, x in enumerate(row) if j != r)
+                                   * itemsize if splits else None),
         })
     return rows
 
