@@ -31,9 +31,7 @@ def test_random_bits_are_finite_incompressible_and_reproducible(dtype):
 
 
 def config(backends: str) -> dict:
-    p = argparse.ArgumentParser()
-    collectives.configure(p)
-    return collectives._config(p.parse_args(["--backends", backends]))
+    return config_args(["--backends", backends])
 
 
 def test_zipccl_mode_backends():
