@@ -125,12 +125,7 @@ func (c *Comm) runCollective(t *task) error {
 	}
 	decideOn, agreed := c.sizeOf(op, size)
 	step := c.decide(op, t, decideOn)
-	if !agreed {
-		// an all_to_all uncoded at every size (agreeSizeFirst): its size is
-		// this rank's own, not a key the group shares, and there is nothing
-		// for the feedback to check
-		t.keyed = false
-	} else if decideOn != size {
+	if agreed && decideOn != size {
 		t.decision.Why = fmt.Sprintf("decided on the last all_to_all's largest payload (%d bytes): %s", decideOn, t.decision.Why)
 	}
 	fields = fields.withDecision(c.z.mode, t.decision)
@@ -162,10 +157,11 @@ func (c *Comm) runCollective(t *task) error {
 	} else {
 		c.learn(op, prev, res.tele)
 		if op.Kind == opkind.AllToAll && (!agreed || int(res.tele.size) != decideOn) {
-			// decided on the last call's size, it was another size (or on
-			// this rank's own): its time says nothing of the calls under
-			// that key (the same outcome on every rank, as the size is
-			// agreed)
+			// decided on this rank's own size (uncoded at every size, see
+			// agreeSizeFirst: not a key the group shares), or on the last
+			// call's size while it was another: its time says nothing of
+			// the calls under that key (the same outcome on every rank, as
+			// the size is agreed)
 			c.last.keyed = false
 		} else {
 			c.fb.Commit(step)
