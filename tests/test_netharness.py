@@ -1,8 +1,9 @@
 """The benchmark harness's emulated hosts: the TCP congestion control of the
 ranks' traffic is the one asked for (cubic by default), on both ends of a
-connection, whatever this machine's namespaces would inherit.
+connection, whatever this machine's namespaces would inherit; and the link
+trace counts what crosses each link.
 
-The namespace test needs root and `ip netns`; it is skipped otherwise.
+The namespace tests need root and `ip netns`; they are skipped otherwise.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import pytest
 
 from zipccl.netharness import DEFAULT_TCP_CC, LinkSpec, Network, NetworkError, parse_tcp_cc
+from zipccl.netharness.linktrace import LinkTrace, busy_periods, read_trace
 
 
 def test_parse_tcp_cc() -> None:
@@ -94,3 +96,80 @@ def test_unknown_congestion_control_is_a_clear_error() -> None:
     with pytest.raises(NetworkError, match="not available here"):
         with Network(2, LinkSpec.parse("1gbit", None, "nosuchcc")):
             pass
+
+
+def test_busy_periods_find_calls_and_their_idle_links() -> None:
+    # Two ranks on 8 Mbit/s links (1000 bytes per ms), sampled every ms.
+    # Call 1, 100-300 ms: rank 1 starts 20 ms after rank 0, and rank 0 idles
+    # from 260 ms while rank 1 finishes. Call 2, 500-600 ms: both at 60% of
+    # the rate throughout.
+    def rate(rank: int, t_ms: int) -> int:
+        if 100 <= t_ms < 300:
+            return 0 if (rank == 1 and t_ms < 120) or (rank == 0 and t_ms >= 260) else 1000
+        return 600 if 500 <= t_ms < 600 else 0
+
+    ts = [t / 1000 for t in range(800)]
+    up = [[0] * 800 for _ in range(2)]
+    for r in range(2):
+        for t in range(1, 800):
+            up[r][t] = up[r][t - 1] + rate(r, t - 1)
+    p1, p2 = busy_periods(ts, up, 8e6)
+    assert (p1.ms, p1.head_ms, p1.tail_ms) == pytest.approx((200, 20, 40), abs=5)
+    assert p1.mid_util == pytest.approx(1.0, abs=0.03)
+    assert p1.mb_per_rank == pytest.approx((0.16 + 0.18) / 2, rel=0.03)
+    assert (p2.ms, p2.head_ms, p2.tail_ms) == pytest.approx((100, 0, 0), abs=5)
+    assert p2.mid_util == pytest.approx(0.6, abs=0.03)
+
+
+# Rank 0 sends SIZE bytes to rank 1's listener.
+SINK = r"""
+import socket, sys
+addr, size = sys.argv[1], int(sys.argv[2])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((addr, 29518))
+s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+got = 0
+while got < size:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    got += len(b)
+print(got, flush=True)
+"""
+SOURCE = r"""
+import socket, sys
+c = socket.create_connection((sys.argv[1], 29518))
+c.sendall(b"x" * int(sys.argv[2]))
+c.close()
+"""
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
+@pytest.mark.timeout(120)
+def test_link_trace_sees_what_crosses_each_link(tmp_path) -> None:
+    size = 5_000_000  # 0.4 s at 100 Mbit/s
+    path = str(tmp_path / "links.csv")
+    with Network(2, LinkSpec.parse("100mbit")) as net:
+        assert net.mode == "netns", net.reason
+        with LinkTrace(net, path) as trace:
+            assert trace.active
+            sink = subprocess.Popen([*net.command_prefix(1), sys.executable, "-c", SINK, net.address(1), str(size)],
+                                    stdout=subprocess.PIPE, text=True)
+            try:
+                assert sink.stdout is not None
+                assert sink.stdout.readline().strip() == "ready"
+                subprocess.run([*net.command_prefix(0), sys.executable, "-c", SOURCE, net.address(1), str(size)],
+                               check=True, timeout=60)
+                assert int(sink.stdout.readline()) == size
+                sink.wait(timeout=30)
+            finally:
+                sink.kill()
+    ts, up = read_trace(path)
+    sent0, sent1 = up[0][-1] - up[0][0], up[1][-1] - up[1][0]
+    assert size <= sent0 < size * 1.1  # payload plus headers
+    assert sent1 < size * 0.1  # acks only
+    busiest = max(busy_periods(ts, up, 100e6), key=lambda p: p.ms)
+    assert busiest.ms == pytest.approx(size * 8 / 100e6 * 1000, rel=0.3)

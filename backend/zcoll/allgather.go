@@ -59,18 +59,15 @@ func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
 		return nil
 	}
 	g, gctx := newGroup(ctx)
-	r.gatherRing(g, gctx, 0, a.Out, in, nil)
+	r.gatherRing(g, gctx, a.Out, in)
 	g.Go(func() error { local(); return nil }) // no other goroutine writes Out[me]
 	return g.Wait()
 }
 
 // gatherRing starts, in sp, the ring all-gather of blocks dst (dst[b] is
 // where block b lands; dst[me] is not written) with this rank's block read
-// from src, at steps step0 .. step0+N-2. ready(ctx, k), if not nil, waits
-// until segment k of src is final; gate, if not nil, says when segment k
-// of dst[b] may be overwritten.
-func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byte, src []byte,
-	ready func(ctx context.Context, k int) error) {
+// from src, at steps 0 .. N-2.
+func (r *run) gatherRing(sp spawner, ctx context.Context, dst [][]byte, src []byte) {
 	n, me := r.n, r.me
 	next := (me + 1) % n
 	cuts := make([]cut, n)
@@ -84,12 +81,7 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 		if !r.framed {
 			sp.Go(func() error {
 				for k := range own.n {
-					if ready != nil {
-						if err := ready(ctx, k); err != nil {
-							return err
-						}
-					}
-					if err := r.send(ctx, next, step0, k, own.of(src, k)); err != nil {
+					if err := r.send(ctx, next, 0, k, own.of(src, k)); err != nil {
 						return err
 					}
 				}
@@ -99,11 +91,6 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 			q := make(chan []byte, sendDepth)
 			sp.Go(func() error {
 				for k := range own.n {
-					if ready != nil {
-						if err := ready(ctx, k); err != nil {
-							return err
-						}
-					}
 					f, err := r.encodeFrame(own.of(src, k))
 					if err != nil {
 						return err
@@ -120,7 +107,7 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 					if err != nil {
 						return err
 					}
-					if err := r.send(ctx, next, step0, k, f); err != nil {
+					if err := r.send(ctx, next, 0, k, f); err != nil {
 						return err
 					}
 					r.pool.Put(f)
@@ -137,43 +124,58 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, step0 int, dst [][]byt
 	for t := range n - 1 {
 		b := ((me-t-1)%n + n) % n
 		workgroup.Spread(sp, w, cuts[b].n, func(k int) error {
-			return r.ringRecv(ctx, step0, t, k, cuts[b].of(dst[b], k))
+			return r.ringRecv(ctx, t, k, cuts[b].of(dst[b], k))
 		})
 	}
 }
 
 // ringRecv receives segment k of the block of ring step t into seg (decoding
 // it in framed mode) and forwards it unless the block has gone round.
-func (r *run) ringRecv(ctx context.Context, step0, t, k int, seg []byte) error {
+func (r *run) ringRecv(ctx context.Context, t, k int, seg []byte) error {
 	n := r.n
 	next, prev := (r.me+1)%n, (r.me+n-1)%n
 	if !r.framed {
-		// Straight into place, even while this rank may still be sending
-		// its own contribution from seg: no byte of segment k of block b
-		// can arrive before rank b reduced it, which needed all of that
-		// contribution, so its send had finished reading seg by then.
-		if err := r.recv(ctx, prev, step0+t, k, seg); err != nil {
+		if err := r.recv(ctx, prev, t, k, seg); err != nil {
 			return err
 		}
 		if t < n-2 {
-			return r.send(ctx, next, step0+t+1, k, seg)
+			return r.send(ctx, next, t+1, k, seg)
 		}
 		return nil
 	}
+	var forward func(frame []byte) error
+	if t < n-2 {
+		forward = func(frame []byte) error { return r.send(ctx, next, t+1, k, frame) }
+	}
+	return r.recvFrame(ctx, prev, t, k, seg, forward)
+}
+
+// recvSegment receives segment k from peer at step into seg, decoding it in
+// framed mode.
+func (r *run) recvSegment(ctx context.Context, peer, step, k int, seg []byte) error {
+	if !r.framed {
+		return r.recv(ctx, peer, step, k, seg)
+	}
+	return r.recvFrame(ctx, peer, step, k, seg, nil)
+}
+
+// recvFrame receives one frame from peer, passes it to forward (if not nil)
+// and decodes it into seg.
+func (r *run) recvFrame(ctx context.Context, peer, step, k int, seg []byte, forward func(frame []byte) error) error {
 	buf := r.pool.Get(codec.MaxEncodedLen(len(seg), r.dt))
 	defer r.pool.Put(buf)
-	nb, err := r.recvUpTo(ctx, prev, step0+t, k, buf)
+	nb, err := r.recvUpTo(ctx, peer, step, k, buf)
 	if err != nil {
 		return err
 	}
 	frame := buf[:nb]
-	if t < n-2 {
-		if err := r.send(ctx, next, step0+t+1, k, frame); err != nil {
+	if forward != nil {
+		if err := forward(frame); err != nil {
 			return err
 		}
 	}
 	if err := decodeFrame(r.st, seg, frame, r.dt); err != nil {
-		return r.wrap("recv", prev, step0+t, k, err)
+		return r.wrap("recv", peer, step, k, err)
 	}
 	return nil
 }

@@ -66,6 +66,8 @@ const paceLag = 4
 type rsHooks struct {
 	reduced func(k int)                           // segment k of out is final
 	more    func(sp spawner, ctx context.Context) // more goroutines for the same group
+	// lead, if not nil, waits before segment k of any stream is sent
+	lead func(ctx context.Context, k int) error
 }
 
 // reduceScatter runs the exchange and the fold: blocks[p] is this rank's
@@ -92,6 +94,11 @@ func (r *run) reduceScatter(ctx context.Context, op reduce.Op, blocks [][]byte, 
 			}
 			if k > 0 {
 				progress[self].advance() // segment k-1 is sent
+			}
+			if h.lead != nil {
+				if err := h.lead(ctx, k); err != nil {
+					return err
+				}
 			}
 			if k < paceLag {
 				return nil

@@ -60,7 +60,7 @@
 //	                 Slot(0, k), dynamic part Slot(1, k)
 //	ReduceScatter    as AllToAll
 //	AllReduce        reduce-scatter as AllToAll (steps 0, 1), then the
-//	                 all-gather ring at steps 2 + t
+//	                 direct all-gather: Slot(2, k) from each block's owner
 //	Broadcast        plain: Slot(0, k); framed: static Slot(0, k), dynamic
 //	                 Slot(1, k)
 //	SendSplit        static Slot(0, k), dynamic Slot(1, k)

@@ -9,6 +9,7 @@ and the plot. It never touches torch.distributed itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -19,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..netharness import TCP_CC_HELP, LinkSpec, Network, NetworkError, RanksFailed, check_links, launch_ranks
+from ..netharness.linktrace import LinkTrace
 from ..netharness.topology import IFNAME
 from . import report
 from .progress import progress_bar
@@ -61,6 +63,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", default=None, help=f"CSV path (default {DEFAULT_RESULTS_DIR}/collectives-<time>.csv)")
     p.add_argument("--plot", default=None, help="PNG path (default: the CSV's path with .png)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--link-trace", default=None, metavar="PATH",
+                   help="write every link's byte counters, sampled every 2 ms, to this CSV (shaped links only); "
+                        "python -m zipccl.netharness.linktrace PATH --rate RATE summarises it")
     p.add_argument("--link-check", choices=("auto", "on", "off"), default="auto",
                    help="measure the shaped rate with TCP first (auto: when shaped)")
     p.add_argument("--no-pin", action="store_true",
@@ -194,9 +199,13 @@ def _run(args: argparse.Namespace) -> int:
             elif args.verbose or "Error" in line or "error" in line.lower():
                 bar.write(f"[rank {rank}] {line}")
 
+        trace = LinkTrace(net, args.link_trace) if args.link_trace else None
+        if trace and not trace.active:
+            print("zipccl bench: --link-trace needs shaped links (network namespaces); not tracing", file=sys.stderr)
         try:
-            launch_ranks(net, ["-m", "zipccl.bench.worker", json.dumps(cfg)], env=env, on_line=on_line,
-                         timeout_s=max(600.0, total * 120.0), pin=not args.no_pin)
+            with trace or contextlib.nullcontext():
+                launch_ranks(net, ["-m", "zipccl.bench.worker", json.dumps(cfg)], env=env, on_line=on_line,
+                             timeout_s=max(600.0, total * 120.0), pin=not args.no_pin)
         except RanksFailed as exc:
             print(f"\nzipccl bench: {exc}", file=sys.stderr)
             return 1
@@ -223,6 +232,9 @@ def _run(args: argparse.Namespace) -> int:
         json.dump(meta, f, indent=2)
     print(f"\nload average before {meta['load_before']}, after {meta['load_after']}; {meta['seconds']} s")
     print(f"csv:  {csv_path}")
+    if trace and trace.active:
+        print(f"link trace: {args.link_trace} (python -m zipccl.netharness.linktrace {shlex.quote(args.link_trace)} "
+              f"--rate {shlex.quote(args.link_rate or 'RATE')})")
     if plot_path:
         title = f"{args.world_size} ranks, {link_label}, {cfg['data']} data"
         try:

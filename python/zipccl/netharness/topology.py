@@ -151,6 +151,15 @@ class Network:
     def ifname(self) -> str:
         return IFNAME if self.mode == "netns" else "lo"
 
+    def host_end(self, rank: int) -> str | None:
+        """The bridge-side end of rank's veth, in this (the root) namespace:
+        what it transmits the rank receives, and the reverse. None on
+        loopback."""
+        return self._veth(rank)[0] if self.mode == "netns" else None
+
+    def _veth(self, rank: int) -> tuple[str, str]:
+        return f"zc{self.tag}h{rank}", f"zc{self.tag}n{rank}"
+
     def command_prefix(self, rank: int) -> list[str]:
         """What runs a command inside rank's namespace (nothing on loopback)."""
         return ["ip", "netns", "exec", self.namespace(rank)] if self.mode == "netns" else []
@@ -223,7 +232,7 @@ class Network:
         _run(["ip", "link", "set", bridge, "up"])
         for rank in range(self.world_size):
             ns = self.namespace(rank)
-            host_end, ns_end = f"zc{self.tag}h{rank}", f"zc{self.tag}n{rank}"
+            host_end, ns_end = self._veth(rank)
             _run(["ip", "netns", "add", ns])
             self._namespaces.append(ns)
             _run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end])
