@@ -74,9 +74,9 @@ func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 			r.gatherDirect(sp, ctx, 2, blocks, blocks[r.me], mine.wait, func(int) { sent.advance() })
 		},
 		lead: func(ctx context.Context, k int) error {
-			// Blocks differ by at most one element, so their segment
-			// counts by at most one: never wait for a segment that is
-			// not there.
+			// Blocks one element apart may be cut into different
+			// numbers of segments (the default size follows the block
+			// size): never wait for a segment this rank does not have.
 			if j := min(k-agLead, ownSegs-1); j >= 0 {
 				return sent.wait(ctx, j)
 			}

@@ -310,3 +310,37 @@ func TestAllReduceJitter(t *testing.T) {
 		}
 	}
 }
+
+// Blocks one element apart can be cut into very different numbers of
+// segments (the default segment size follows the block size in whole codec
+// blocks): here 8 and 12. The reduce-scatter's lead over the all-gather is
+// counted in this rank's segments, so a stream with more segments than
+// this rank's block must not wait for segments that never come.
+func TestAllReduceBlocksCutDifferently(t *testing.T) {
+	const n = 4
+	es := dtype.BFloat16.Size()
+	elems := 24 << 16 // per block: 24 codec blocks, cut in 3s; one element less, in 2s
+	numel := n*elems - 2
+	p := Plan{Framed: true, Kind: codec.Zip3}
+	r := &run{es: es, framed: true}
+	long, short := r.cut(elems*es).n, r.cut((elems-1)*es).n
+	if short-long <= agLead {
+		t.Fatalf("segments per block %d and %d: the case does not exercise the limit", long, short)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	xs := make([][]byte, n)
+	for i := range xs {
+		xs[i] = genData(rng, dtype.BFloat16, numel, gaussian)
+	}
+	want := refReduce(dtype.BFloat16, reduce.Sum, xs)
+	w := conntest.NewWorld(n)
+	args := make([]Args, n)
+	for i := range n {
+		b := clone(xs[i])
+		args[i] = Args{Args: collective.Args{DType: dtype.BFloat16, Op: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}, Plan: p}
+	}
+	mustOK(t, w, runWorld(t, w, AllReduce, args, runOpts{}))
+	for i := range n {
+		sameBytes(t, fmt.Sprintf("rank %d", i), args[i].Out[0], want)
+	}
+}
