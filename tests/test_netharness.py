@@ -30,11 +30,13 @@ def test_parse_tcp_cc() -> None:
         parse_tcp_cc("cubic; reboot")
 
 
-# Rank 1 listens, rank 0 connects; each side prints its socket's
-# congestion control.
+# Rank 1 listens, rank 0 connects. Without SIZE each side prints its
+# socket's congestion control; with it rank 0 sends SIZE bytes and rank 1
+# prints how many it got.
 PEER = r"""
 import socket, sys
 role, addr = sys.argv[1], sys.argv[2]
+size = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 if role == "listen":
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -44,8 +46,20 @@ if role == "listen":
     c, _ = s.accept()
 else:
     c = socket.create_connection((addr, 29517), timeout=10)
-print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode(), flush=True)
-c.recv(1) if role == "listen" else c.close()
+if not size:
+    print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode(), flush=True)
+    c.recv(1) if role == "listen" else c.close()
+elif role == "listen":
+    got = 0
+    while got < size:
+        b = c.recv(1 << 20)
+        if not b:
+            break
+        got += len(b)
+    print(got, flush=True)
+else:
+    c.sendall(b"x" * size)
+    c.close()
 """
 
 
@@ -121,32 +135,6 @@ def test_busy_periods_find_calls_and_their_idle_links() -> None:
     assert p2.mid_util == pytest.approx(0.6, abs=0.03)
 
 
-# Rank 0 sends SIZE bytes to rank 1's listener.
-SINK = r"""
-import socket, sys
-addr, size = sys.argv[1], int(sys.argv[2])
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((addr, 29518))
-s.listen(1)
-print("ready", flush=True)
-c, _ = s.accept()
-got = 0
-while got < size:
-    b = c.recv(1 << 20)
-    if not b:
-        break
-    got += len(b)
-print(got, flush=True)
-"""
-SOURCE = r"""
-import socket, sys
-c = socket.create_connection((sys.argv[1], 29518))
-c.sendall(b"x" * int(sys.argv[2]))
-c.close()
-"""
-
-
 @pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
 @pytest.mark.timeout(120)
 def test_link_trace_sees_what_crosses_each_link(tmp_path) -> None:
@@ -156,13 +144,13 @@ def test_link_trace_sees_what_crosses_each_link(tmp_path) -> None:
         assert net.mode == "netns", net.reason
         with LinkTrace(net, path) as trace:
             assert trace.active
-            sink = subprocess.Popen([*net.command_prefix(1), sys.executable, "-c", SINK, net.address(1), str(size)],
-                                    stdout=subprocess.PIPE, text=True)
+            sink = subprocess.Popen([*net.command_prefix(1), sys.executable, "-c", PEER, "listen", net.address(1),
+                                     str(size)], stdout=subprocess.PIPE, text=True)
             try:
                 assert sink.stdout is not None
                 assert sink.stdout.readline().strip() == "ready"
-                subprocess.run([*net.command_prefix(0), sys.executable, "-c", SOURCE, net.address(1), str(size)],
-                               check=True, timeout=60)
+                subprocess.run([*net.command_prefix(0), sys.executable, "-c", PEER, "connect", net.address(1),
+                                str(size)], check=True, timeout=60)
                 assert int(sink.stdout.readline()) == size
                 sink.wait(timeout=30)
             finally:
