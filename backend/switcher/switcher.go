@@ -210,8 +210,8 @@ func prior(dt dtype.DType, k codec.Kind) float64 {
 func shape(op Op, d float64, n int) (w, e, dec, m float64) {
 	f := float64(n-1) / float64(n)
 	switch op {
-	case AllReduce: // reduce-scatter then all-gather
-		return 2 * f * d, f*d + d/float64(n), 2 * f * d, 2 * float64(n-1)
+	case AllReduce: // all-to-all reduce-scatter, then each owner to all
+		return 2 * f * d, f*d + d/float64(n), 2 * f * d, 2
 	case ReduceScatter, AllToAll:
 		return f * d, f * d, f * d, 1
 	case AllGather: // ring over the output
