@@ -211,6 +211,8 @@ func shape(op Op, d float64, n int) (w, e, dec, m float64) {
 	f := float64(n-1) / float64(n)
 	switch op {
 	case AllReduce: // all-to-all reduce-scatter, then each owner to all
+		// (on the CPU; the GPU path gathers over NCCL's ring instead, n-1
+		// rounds, but the term is the same for raw and coded either way)
 		return 2 * f * d, f*d + d/float64(n), 2 * f * d, 2
 	case ReduceScatter, AllToAll:
 		return f * d, f * d, f * d, 1

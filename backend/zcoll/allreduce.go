@@ -120,7 +120,6 @@ func (r *run) gatherDirect(sp spawner, ctx context.Context, step int, dst [][]by
 					if f.buf, err = r.encodeFrame(f.buf); err != nil {
 						return err
 					}
-					f.pooled = true
 				}
 				f.left.Store(int32(r.n - 1))
 				for _, q := range qs {
@@ -147,7 +146,7 @@ func (r *run) gatherDirect(sp spawner, ctx context.Context, step int, dst [][]by
 						return err
 					}
 					if f.left.Add(-1) == 0 {
-						if f.pooled {
+						if r.framed { // a frame from the pool
 							r.pool.Put(f.buf)
 						}
 						sent(k)
@@ -171,7 +170,6 @@ func (r *run) gatherDirect(sp spawner, ctx context.Context, step int, dst [][]by
 
 // sharedFrame is one segment sent to several peers.
 type sharedFrame struct {
-	buf    []byte
-	pooled bool         // buf came from the pool
-	left   atomic.Int32 // sends still to make
+	buf  []byte
+	left atomic.Int32 // sends still to make
 }

@@ -26,17 +26,10 @@ import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from .shaping import parse_rate
-
-SYSFS = "/sys/class/net"
-
-
-class _HasHostEnds(Protocol):
-    world_size: int
-
-    def host_end(self, rank: int) -> str | None: ...
+from .topology import Network
 
 
 class LinkTrace:
@@ -46,12 +39,11 @@ class LinkTrace:
     per rank, cumulative bytes. On loopback there are no links, and nothing
     is written."""
 
-    def __init__(self, net: _HasHostEnds, path: str, interval_s: float = 0.002, sysfs: str = SYSFS):
+    def __init__(self, net: Network, path: str, interval_s: float = 0.002):
         self.path = path
         self.interval_s = interval_s
         self.rows: list[list[float]] = []
         self._devs = [net.host_end(r) for r in range(net.world_size)]
-        self._sysfs = sysfs
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -77,7 +69,7 @@ class LinkTrace:
         files = []
         try:
             for dev in self._devs:
-                base = os.path.join(self._sysfs, str(dev), "statistics")
+                base = f"/sys/class/net/{dev}/statistics"
                 # rx of the bridge-side end is what the rank sent
                 files.append((open(os.path.join(base, "rx_bytes")), open(os.path.join(base, "tx_bytes"))))
             t0 = time.monotonic()
