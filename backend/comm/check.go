@@ -63,7 +63,7 @@ func (c *Comm) fold(ctx context.Context, seq uint64, slot uint32, desc *transpor
 // The check's record: two votes, then the telemetry.
 const (
 	voteLen   = transport.DescLen + 4
-	teleLen   = 32
+	teleLen   = 40
 	recordLen = 2*voteLen + teleLen
 )
 
@@ -80,21 +80,36 @@ type telemetry struct {
 	// size: this op's payload on this rank (what the switcher counts),
 	// folded to the maximum; only an all_to_all's differs between ranks.
 	size float64
+	// where: whether this rank's ring links stay in its network
+	// namespace, folded to the maximum: 0 not asked (the group knows
+	// already), 1 local, 2 unknown (a link not connected yet), 3 remote.
+	where float64
 }
+
+// Values of telemetry.where, ordered so that the maximum is the group's:
+// one remote link makes the group remote, one unknown one leaves it
+// unknown.
+const (
+	whereLocal   = 1
+	whereUnknown = 2
+	whereRemote  = 3
+)
 
 func putTelemetry(b []byte, t telemetry) {
 	binary.LittleEndian.PutUint64(b, math.Float64bits(t.zip3))
 	binary.LittleEndian.PutUint64(b[8:], math.Float64bits(t.huff))
 	binary.LittleEndian.PutUint64(b[16:], math.Float64bits(t.prev))
 	binary.LittleEndian.PutUint64(b[24:], math.Float64bits(t.size))
+	binary.LittleEndian.PutUint64(b[32:], math.Float64bits(t.where))
 }
 
 func getTelemetry(b []byte) telemetry {
 	return telemetry{
-		zip3: math.Float64frombits(binary.LittleEndian.Uint64(b)),
-		huff: math.Float64frombits(binary.LittleEndian.Uint64(b[8:])),
-		prev: math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
-		size: math.Float64frombits(binary.LittleEndian.Uint64(b[24:])),
+		zip3:  math.Float64frombits(binary.LittleEndian.Uint64(b)),
+		huff:  math.Float64frombits(binary.LittleEndian.Uint64(b[8:])),
+		prev:  math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
+		size:  math.Float64frombits(binary.LittleEndian.Uint64(b[24:])),
+		where: math.Float64frombits(binary.LittleEndian.Uint64(b[32:])),
 	}
 }
 
@@ -129,7 +144,7 @@ func mergeRecord(mine, theirs []byte) {
 		copy(mine[voteLen:2*voteLen], theirs[voteLen:2*voteLen])
 	}
 	a, b := getTelemetry(mine[2*voteLen:]), getTelemetry(theirs[2*voteLen:])
-	putTelemetry(mine[2*voteLen:], telemetry{zip3: minKnown(a.zip3, b.zip3), huff: minKnown(a.huff, b.huff), prev: foldPrev(a.prev, b.prev), size: max(a.size, b.size)})
+	putTelemetry(mine[2*voteLen:], telemetry{zip3: minKnown(a.zip3, b.zip3), huff: minKnown(a.huff, b.huff), prev: foldPrev(a.prev, b.prev), size: max(a.size, b.size), where: max(a.where, b.where)})
 }
 
 // agree runs the check for one op and returns the group's telemetry.

@@ -25,11 +25,14 @@ type compression struct {
 	mode    switcher.Mode
 	th      switcher.Defaults
 	profile switcher.Profile
-	// local: every link of the group stays inside one network namespace
-	// (measured with the profile; false before). The switcher sees it as
+	// local: every link of the group stays inside one network namespace.
+	// It is learned from the check of the first op after the ring's
+	// connections exist (whereKnown), or measured with the profile, and is
+	// false before. The switcher sees the profile's copy as
 	// profile.NoCompress; the algorithms pick local variants with it.
-	local  bool
-	ratios map[dtype.DType][3]float64 // by dtype, by codec kind
+	local      bool
+	whereKnown bool
+	ratios     map[dtype.DType][3]float64 // by dtype, by codec kind
 }
 
 // configureCompression reads the group option "compress" (or the
@@ -202,6 +205,27 @@ func (c *Comm) wantsProbe(op *Op, size int) bool {
 	return ok && switcher.Compressible(op.DType) && (size >= c.z.th.CompressMin || op.Kind == opkind.AllToAll)
 }
 
+// where is this rank's part of telemetry.where: whether the links to its
+// ring neighbours (the ones the check itself connects first) stay in this
+// network namespace; if every ring link does, every pair does. 0 once the
+// group knows.
+func (c *Comm) where() float64 {
+	if c.z.whereKnown {
+		return 0
+	}
+	n, me := c.cfg.Size, c.cfg.Rank
+	w := float64(whereLocal)
+	for _, p := range []int{(me + 1) % n, (me - 1 + n) % n} {
+		switch local, known := c.mesh.PeerLocality(p); {
+		case !known:
+			w = max(w, whereUnknown)
+		case !local:
+			w = whereRemote
+		}
+	}
+	return w
+}
+
 // estimate samples the op's local data for the check's telemetry.
 func (c *Comm) estimate(op *Op) telemetry {
 	if c.z.mode == switcher.Never || !switcher.Compressible(op.DType) || len(op.In) == 0 {
@@ -235,6 +259,10 @@ func (c *Comm) learn(op *Op, prev lastCall, t telemetry) {
 			c.a2aSize = map[dtype.DType]int{}
 		}
 		c.a2aSize[dt] = int(t.size)
+	}
+	if !c.z.whereKnown && (t.where == whereLocal || t.where == whereRemote) {
+		c.z.local, c.z.whereKnown = t.where == whereLocal, true
+		c.publish()
 	}
 	r := c.z.ratios[dt]
 	if t.zip3 > 0 {
@@ -358,7 +386,7 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 	p := switcher.Profile{Measured: true, Alpha: vals[0], Beta: vals[1], NoCompress: local}
 	p.Enc[codec.Zip3], p.Dec[codec.Zip3] = -vals[2], -vals[3]
 	p.Enc[codec.Huff], p.Dec[codec.Huff] = -vals[4], -vals[5]
-	c.z.profile, c.z.local = p, local
+	c.z.profile, c.z.local, c.z.whereKnown = p, local, true
 	c.publish()
 	where := "links between network namespaces or hosts"
 	if local {

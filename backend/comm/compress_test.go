@@ -205,6 +205,69 @@ func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 	require.Equal(t, map[string]int64{"raw": 2}, st.Choices)
 }
 
+// A group that never measures itself (compression never, or only ops that
+// could not be coded) still learns from its checks that its links stay in
+// one network namespace, once the ring's connections exist: every rank
+// learns it at the same op, so that a broadcast takes the same algorithm
+// (the tree between ranks of one host) on every rank.
+func TestLocalityLearnedFromTheCheck(t *testing.T) {
+	for _, mode := range []string{"never", "auto"} {
+		t.Run(mode, func(t *testing.T) {
+			const n = 3
+			r := newRigOpts(t, n, func(int) map[string]string { return map[string]string{"compress": mode} })
+			for _, c := range r.comms {
+				require.False(t, c.z.whereKnown)
+			}
+			for i := 0; i < 2; i++ {
+				for _, x := range r.everyRank(func(rank int) *Op {
+					b := make([]byte, 64) // int32s: never coded, never probed
+					return &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
+				}) {
+					require.NoError(t, x.err)
+				}
+			}
+			for _, c := range r.comms {
+				require.True(t, c.z.whereKnown, "rank %d", c.cfg.Rank)
+				require.True(t, c.z.local, "rank %d: loopback links are local", c.cfg.Rank)
+				require.False(t, c.z.profile.Measured, "rank %d: learned without a probe", c.cfg.Rank)
+			}
+			// Large enough for the tree (not the root sending directly).
+			bufs := make([][]byte, n)
+			for _, x := range r.everyRank(func(rank int) *Op {
+				bufs[rank] = make([]byte, 1<<20)
+				if rank == 1 {
+					copy(bufs[rank], gaussBF16(5, 1<<19))
+				}
+				return &Op{Kind: opkind.Broadcast, DType: dtype.BFloat16, Root: 1, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+			}) {
+				require.NoError(t, x.err)
+			}
+			for rank := range bufs {
+				require.Equal(t, gaussBF16(5, 1<<19), bufs[rank], "rank %d", rank)
+			}
+		})
+	}
+}
+
+// The group's locality is the maximum of the ranks' reports: one remote
+// link makes it remote, one link not connected yet leaves it unknown.
+func TestWhereFolds(t *testing.T) {
+	fold := func(ws ...float64) float64 {
+		rec := make([]byte, recordLen)
+		putTelemetry(rec[2*voteLen:], telemetry{where: ws[0]})
+		for _, w := range ws[1:] {
+			other := make([]byte, recordLen)
+			putTelemetry(other[2*voteLen:], telemetry{where: w})
+			mergeRecord(rec, other)
+		}
+		return getTelemetry(rec[2*voteLen:]).where
+	}
+	require.Equal(t, float64(whereLocal), fold(whereLocal, whereLocal, whereLocal))
+	require.Equal(t, float64(whereUnknown), fold(whereLocal, whereUnknown, whereLocal))
+	require.Equal(t, float64(whereRemote), fold(whereUnknown, whereRemote, whereLocal))
+	require.Equal(t, float64(whereRemote), fold(whereLocal, whereRemote))
+}
+
 // gigabit makes c's agreed profile a 1 Gbit/s link's, with codec speeds
 // of the order of this codec's (zip3 8 GB/s, huff 2 GB/s per core).
 func gigabit(c *Comm) {

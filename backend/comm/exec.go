@@ -85,6 +85,7 @@ func (c *Comm) runCollective(t *task) error {
 		return c.collErr(t, fields, runLocal(op))
 	}
 	tele := c.estimate(op)
+	tele.where = c.where()
 	prev := c.takeLast()
 	if prev.keyed {
 		tele.prev = prev.sec

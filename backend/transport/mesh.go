@@ -765,17 +765,21 @@ func (m *Mesh) waitReady(ctx context.Context, p *peer) (net.Conn, error) {
 // loopback address or one of this namespace's own interface addresses.
 // Traffic to such a peer is a memory copy by the kernel, not a link.
 func (m *Mesh) PeerIsLocal(peer int) bool {
+	local, _ := m.PeerLocality(peer)
+	return local
+}
+
+// PeerLocality is PeerIsLocal, with known false while the connection to
+// peer is not established yet (nothing can be said of it then).
+func (m *Mesh) PeerLocality(peer int) (local, known bool) {
 	m.mu.Lock()
 	conn := m.peers[peer].conn
 	m.mu.Unlock()
 	if conn == nil {
-		return false
+		return false, false
 	}
 	ra, ok := conn.RemoteAddr().(*net.TCPAddr)
-	if !ok {
-		return false
-	}
-	return isLocalIP(ra.IP)
+	return ok && isLocalIP(ra.IP), true
 }
 
 func isLocalIP(ip net.IP) bool {
