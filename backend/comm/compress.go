@@ -205,14 +205,20 @@ func (c *Comm) wantsProbe(op *Op, size int) bool {
 	return ok && switcher.Compressible(op.DType) && (size >= c.z.th.CompressMin || op.Kind == opkind.AllToAll)
 }
 
-// where is this rank's part of telemetry.where: whether the links to its
-// ring neighbours (the ones the check itself connects first) stay in this
-// network namespace; if every ring link does, every pair does. 0 once the
+// where is this rank's part of telemetry.where (ringWhere), or 0 once the
 // group knows.
 func (c *Comm) where() float64 {
 	if c.z.whereKnown {
 		return 0
 	}
+	return c.ringWhere()
+}
+
+// ringWhere says whether the links to this rank's ring neighbours (the
+// ones the check and the probe connect first) stay in this network
+// namespace: whereLocal, whereRemote, or whereUnknown while one is not
+// connected. If every ring link is local, every pair is.
+func (c *Comm) ringWhere() float64 {
 	n, me := c.cfg.Size, c.cfg.Rank
 	w := float64(whereLocal)
 	for _, p := range []int{(me + 1) % n, (me - 1 + n) % n} {
@@ -359,9 +365,9 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 	// remote: whether a link leaves this rank's network namespace. Between
 	// ranks of one namespace (loopback, same host) a "transfer" is a kernel
 	// memory copy on the same cores the codec would use, so coding cannot
-	// pay there; and if every ring link is local, every pair is.
+	// pay there. The exchanges above connected both ring links.
 	remote := 0.0
-	if !c.mesh.PeerIsLocal(right) || !c.mesh.PeerIsLocal(left) {
+	if c.ringWhere() != whereLocal {
 		remote = 1
 	}
 	rec := make([]byte, 8*7)

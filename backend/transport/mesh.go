@@ -760,17 +760,11 @@ func (m *Mesh) waitReady(ctx context.Context, p *peer) (net.Conn, error) {
 	return p.conn, nil
 }
 
-// PeerIsLocal reports whether the connection to peer (which must be
-// established) ends in this network namespace: its remote address is a
-// loopback address or one of this namespace's own interface addresses.
-// Traffic to such a peer is a memory copy by the kernel, not a link.
-func (m *Mesh) PeerIsLocal(peer int) bool {
-	local, _ := m.PeerLocality(peer)
-	return local
-}
-
-// PeerLocality is PeerIsLocal, with known false while the connection to
-// peer is not established yet (nothing can be said of it then).
+// PeerLocality reports whether the connection to peer ends in this
+// network namespace: its remote address is a loopback address or one of
+// this namespace's own interface addresses. Traffic to such a peer is a
+// memory copy by the kernel, not a link. known is false while the
+// connection is not established (nothing can be said of it then).
 func (m *Mesh) PeerLocality(peer int) (local, known bool) {
 	m.mu.Lock()
 	conn := m.peers[peer].conn
