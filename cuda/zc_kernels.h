@@ -719,7 +719,10 @@ struct SrcState {
   int32_t kind;      // KIND_ZIP3, KIND_RAW or -1 for plain
   int32_t bad;       // 1: skip (an error was reported)
   uint32_t win_mode, win_base;
-  uint32_t pad;
+  // field_of(window, c) for c = 0..7, a byte each (code 0, the escape, as
+  // code 1: its field comes from the escape list); read with byte_of.
+  uint32_t ftab[2];
+  uint32_t pad[2];
 };
 
 struct DecSmemHead {
@@ -867,6 +870,9 @@ ZC_HD void decode_cta(const DecParams& P) {
         ss.cnt = get_u32(idx + 4);
         ss.win_mode = idx[8];
         ss.win_base = idx[9];
+        const Window win = {ss.win_mode, ss.win_base};
+        ss.ftab[0] = ss.ftab[1] = 0;
+        for (uint32_t k = 0; k < 8; k++) ss.ftab[k >> 2] |= (field_of(win, k == 0 ? 1u : k) & 0xFFu) << (8 * (k & 3));
         uint64_t* states = P.states + (reduce ? (int64_t)r * units : P.unit0[c]);
         lookback_publish(states, u, ss.cnt);
       }
@@ -988,13 +994,17 @@ ZC_HD void decode_cta(const DecParams& P) {
             for (int j = 0; j < 3; j++) pw[j] = ld32g(rec + L.planes + j * L.plane_len + 4 * g);
             for (int j = 0; j < F.nq; j++) qw[j] = ld32g(rec + L.res_planes + j * L.plane_len + 4 * g);
           }
-          uint32_t em[8];
+          // Each group's plane words are fetched once: the escape mask and
+          // this lane's 3-bit code.
+          uint32_t em[8], codes[8];
           uint32_t cnt = 0;
 ZC_UNROLL
           for (int s = 0; s < 8; s++) {
             const int rem = tn - (eb + 32 * s);
             const uint32_t vm = rem >= 32 ? 0xFFFFFFFFu : (rem <= 0 ? 0u : (1u << rem) - 1u);
-            em[s] = vm & ~(shfl(pw[0], s) | shfl(pw[1], s) | shfl(pw[2], s));
+            const uint32_t p0 = shfl(pw[0], s), p1 = shfl(pw[1], s), p2 = shfl(pw[2], s);
+            em[s] = vm & ~(p0 | p1 | p2);
+            codes[s] = ((p0 >> ln) & 1u) | ((p1 >> ln) & 1u) << 1 | ((p2 >> ln) & 1u) << 2;
             cnt += popc(em[s]);
           }
           if (ln == 0) sm.warp_cnt[w] = cnt;
@@ -1002,15 +1012,15 @@ ZC_UNROLL
           uint32_t tile_total;
           const uint32_t base = ss.esc_run + warp_offsets(sm.warp_cnt, &tile_total);
           const Window win = {ss.win_mode, ss.win_base};
+          const uint32_t ftab0 = ss.ftab[0], ftab1 = ss.ftab[1];
           uint32_t run = 0;
           bool overrun = false, badval = false;
 ZC_UNROLL
           for (int s = 0; s < 8; s++) {
             const int e = eb + 32 * s + (int)ln;
-            const uint32_t p0 = shfl(pw[0], s), p1 = shfl(pw[1], s), p2 = shfl(pw[2], s);
             uint32_t q = 0;
             for (int j = 0; j < F.nq; j++) q |= ((shfl(qw[j], s) >> ln) & 1u) << F.q[j];
-            const uint32_t code = ((p0 >> ln) & 1u) | ((p1 >> ln) & 1u) << 1 | ((p2 >> ln) & 1u) << 2;
+            const uint32_t code = codes[s];
             uint32_t field;
             if ((em[s] >> ln) & 1u) {
               const uint32_t k = base + run + popc(em[s] & lanemask_lt());
@@ -1022,7 +1032,7 @@ ZC_UNROLL
                 if (field > max_field(F) || code_of(win, field) != 0) badval = true;
               }
             } else {
-              field = field_of(win, code == 0 ? 1u : code);
+              field = byte_of(ftab0, ftab1, code);
             }
             run += popc(em[s]);
             const uint32_t r8 = F.r8 ? sm.stage[e] : 0u;

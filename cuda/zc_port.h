@@ -201,6 +201,16 @@ ZC_HD ZC_INLINE void threadfence() {
 #endif
 }
 
+// Byte s (0..7) of the 8-byte value hi:lo (one PRMT on the GPU).
+ZC_HD ZC_INLINE uint32_t byte_of(uint32_t lo, uint32_t hi, uint32_t s) {
+#if ZC_DEVICE_PASS
+  return __byte_perm(lo, hi, s & 7u) & 0xFFu;
+#else
+  const uint64_t v = (uint64_t)hi << 32 | lo;
+  return (uint32_t)(v >> (8 * (s & 7u))) & 0xFFu;
+#endif
+}
+
 ZC_HD ZC_INLINE uint32_t popc(uint32_t x) {
 #if ZC_DEVICE_PASS
   return (uint32_t)__popc(x);
