@@ -32,6 +32,7 @@ namespace zc {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 2048;  // elements per tile
+constexpr int kFastElems = (int)(kZip3Block / kThreads);  // elements per thread on the direct paths
 constexpr int kMaxChunks = 48;
 constexpr int kMaxSources = 48;
 
@@ -181,6 +182,7 @@ struct CrcConsts {
   uint32_t t[1024];      // slicing-by-4 tables
   uint32_t s[3][1024];   // linear map "append one tile of zero bytes"
   uint32_t kt[3][256];   // x^(8*(255-t)*CB): the bytes after thread t's chunk in a full tile
+  uint32_t kb[3][256];   // x^(8*(255-t)*64*size): after thread t's 64 elements in a full zip3 block
   uint32_t fin_zip3[3];  // conditioning term of a full zip3 block (16384 elements)
   uint32_t fin_raw[3];   // of a full raw block (65536 elements)
   uint32_t pad[2];
@@ -203,7 +205,10 @@ inline void crc_consts_fill(CrcConsts* c) {
     const int TB = kTile * size, CB = TB / kThreads;
     const uint32_t K = crc_x8n((uint64_t)TB);
     for (int i = 0; i < 1024; i++) c->s[cls][i] = crc_multmodp(K, (uint32_t)(i & 255) << (8 * (i >> 8)));
-    for (int t = 0; t < kThreads; t++) c->kt[cls][t] = crc_x8n((uint64_t)(kThreads - 1 - t) * CB);
+    for (int t = 0; t < kThreads; t++) {
+      c->kt[cls][t] = crc_x8n((uint64_t)(kThreads - 1 - t) * CB);
+      c->kb[cls][t] = crc_x8n((uint64_t)(kThreads - 1 - t) * kFastElems * size);
+    }
     c->fin_zip3[cls] = crc_multmodp(crc_x8n((uint64_t)kZip3Block * size), 0xFFFFFFFFu);
     c->fin_raw[cls] = crc_multmodp(crc_x8n((uint64_t)kRawBlock * size), 0xFFFFFFFFu);
   }
@@ -354,6 +359,21 @@ ZC_HD ZC_INLINE uint32_t warp_offsets(const uint32_t* warp_cnt, uint32_t* total)
   return shfl(incl - v, (int)warp());
 }
 
+// Exclusive scan of one value per thread over the CTA (thread order);
+// the total goes to *total. warp_cnt: kWarps words of shared memory.
+ZC_HD ZC_INLINE uint32_t cta_exclusive_scan(uint32_t v, uint32_t* warp_cnt, uint32_t* total) {
+  uint32_t incl = v;
+  for (unsigned d = 1; d < 32; d <<= 1) {
+    const uint32_t o = shfl_up(incl, d);
+    if (lane() >= d) incl += o;
+  }
+  if (lane() == 31) warp_cnt[warp()] = incl;
+  sync();
+  const uint32_t r = warp_offsets(warp_cnt, total) + incl - v;
+  sync();
+  return r;
+}
+
 // True in every thread if all bytes of [p, p+n) are zero (CTA-wide).
 ZC_HD ZC_INLINE bool cta_all_zero(const uint8_t* p, int64_t n, uint32_t* red) {
   uint32_t acc = 0;
@@ -406,6 +426,7 @@ struct EncSmem {
   uint8_t r8s[kTile];
   uint8_t r16s[kTile * 2];
   uint8_t esc[kZip3Block];
+  uint8_t ctab[256];  // direct path: code_of(window, field)
   uint32_t warp_cnt[kWarps];
   uint32_t red[kWarps];
   uint32_t esc_total;
@@ -414,6 +435,87 @@ struct EncSmem {
   int64_t job;
   uint64_t prefix;
 };
+
+// The encoder's direct path, for a full block whose input and static record
+// are 16-byte aligned: thread t codes elements [64t, 64t+64) from registers
+// (16-byte loads, issued before the window is known), stores its plane
+// words and R8/R16 bytes with 16-byte stores, and hashes its own bytes for
+// the CRC (combined with CrcConsts::kb). Its escaped fields go to
+// sm.esc[64t + j], and from there to the dynamic part once the block's
+// offset is known.
+
+template <int DT>
+struct FastEncIn {
+  U4 d[4 * fmt_of(DT).size];  // this thread's 64 elements
+};
+
+template <int DT>
+ZC_HD ZC_INLINE void fast_enc_load(FastEncIn<DT>& in, const uint8_t* src) {
+ZC_UNROLL
+  for (int i = 0; i < 4 * fmt_of(DT).size; i++) in.d[i] = ld16(src + 16 * i);
+}
+
+// Codes this thread's elements into rec; returns the raw CRC of its bytes
+// and its escape count in *nesc. Needs sm.ctab.
+template <int DT>
+ZC_HD uint32_t fast_encode_unit(const FastEncIn<DT>& in, uint8_t* rec, EncSmem& sm, uint32_t* nesc) {
+  constexpr Fmt F = fmt_of(DT);
+  constexpr int SZ = F.size;
+  const Zip3Layout L = zip3_layout(F, kZip3Block);
+  uint8_t* esc = sm.esc + kFastElems * tid();
+  uint32_t crc = 0, m = 0;
+ZC_UNROLL
+  for (int i = 0; i < 4 * SZ; i++) {
+    crc = crc_update_word(sm.crc_t, crc, in.d[i].x);
+    crc = crc_update_word(sm.crc_t, crc, in.d[i].y);
+    crc = crc_update_word(sm.crc_t, crc, in.d[i].z);
+    crc = crc_update_word(sm.crc_t, crc, in.d[i].w);
+  }
+ZC_UNROLL
+  for (int k = 0; k < 2; k++) {
+    uint32_t pw[3] = {0, 0, 0}, qw[4] = {0, 0, 0, 0};
+    uint32_t r8w[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // the group's 32 R8 bytes
+ZC_UNROLL
+    for (int i = 0; i < 32; i++) {
+      const int x = 32 * k + i;
+      const uint32_t word = u4_word(in.d[(x * SZ) / 16], ((x * SZ) / 4) % 4);
+      const uint32_t v = SZ == 4 ? word : (word >> (8 * ((x * SZ) % 4))) & ((1u << (8 * SZ)) - 1u);
+      const uint32_t field = elem_field(F, v);
+      const uint32_t code = sm.ctab[field];
+      pw[0] |= (code & 1u) << i;
+      pw[1] |= ((code >> 1) & 1u) << i;
+      pw[2] |= ((code >> 2) & 1u) << i;
+      if (code == 0) esc[m++] = (uint8_t)field;
+ZC_UNROLL
+      for (int j = 0; j < F.nq; j++) qw[j] |= ((v >> F.q[j]) & 1u) << i;
+      if (F.r8) r8w[i / 4] |= elem_r8(F, v) << (8 * (i % 4));
+      if (F.r16 && i % 8 == 7) {  // 8 elements: 16 bytes of R16
+        const int x0 = x - 7;
+        uint32_t h[4];
+ZC_UNROLL
+        for (int j = 0; j < 4; j++) {
+          const uint32_t lo = u4_word(in.d[((x0 + 2 * j) * 4) / 16], (x0 + 2 * j) % 4);
+          const uint32_t hi = u4_word(in.d[((x0 + 2 * j + 1) * 4) / 16], (x0 + 2 * j + 1) % 4);
+          h[j] = (lo & 0xFFFFu) | hi << 16;
+        }
+        const U4 o = {h[0], h[1], h[2], h[3]};
+        st16(rec + L.r16 + 2 * ((int64_t)kFastElems * tid() + x0), o);
+      }
+    }
+    const int64_t g = 2 * (int64_t)tid() + k;
+ZC_UNROLL
+    for (int j = 0; j < 3; j++) *(uint32_t*)(rec + L.planes + j * L.plane_len + 4 * g) = pw[j];
+ZC_UNROLL
+    for (int j = 0; j < F.nq; j++) *(uint32_t*)(rec + L.res_planes + j * L.plane_len + 4 * g) = qw[j];
+    if (F.r8) {
+      const U4 a = {r8w[0], r8w[1], r8w[2], r8w[3]}, b = {r8w[4], r8w[5], r8w[6], r8w[7]};
+      st16(rec + L.r8 + (int64_t)kFastElems * tid() + 32 * k, a);
+      st16(rec + L.r8 + (int64_t)kFastElems * tid() + 32 * k + 16, b);
+    }
+  }
+  *nesc = m;
+  return crc;
+}
 
 // Encodes zip3 blocks (persistent CTAs; grid size is free).
 template <int DT>
@@ -444,6 +546,9 @@ ZC_HD void encode_cta(const EncParams& P) {
     const Plan plan = plan_of(F, KIND_ZIP3, ch.numel);
     const Zip3Layout L = zip3_layout(F, n);
     uint8_t* rec = ch.st + plan.index_len + b * plan.full_len;
+    const bool fast = n == kZip3Block && align_of(src) == 16 && align_of(rec) == 16;
+    FastEncIn<DT> fin = {};
+    if (fast) fast_enc_load<DT>(fin, src + (int64_t)kFastElems * SZ * tid());
 
     // window from 64 samples (warp 0)
     if (w == 0) {
@@ -477,7 +582,17 @@ ZC_HD void encode_cta(const EncParams& P) {
     sync();
     const Window win = {sm.win_mode, sm.win_base};
     CrcAcc crc = {0, 0, 0};
-    const int ntiles = (int)((n + kTile - 1) / kTile);
+    uint32_t kcrc = kt, fbase = 0, fnesc = 0;
+    if (fast) {
+      sm.ctab[tid()] = (uint8_t)code_of(win, tid());
+      sync();
+      crc.full = fast_encode_unit<DT>(fin, rec, sm, &fnesc);
+      uint32_t total;
+      fbase = cta_exclusive_scan(fnesc, sm.warp_cnt, &total);
+      if (tid() == 0) sm.esc_total = total;
+      kcrc = P.crc->kb[CLS][tid()];
+    }
+    const int ntiles = fast ? 0 : (int)((n + kTile - 1) / kTile);
     for (int t = 0; t < ntiles; t++) {
       const int tn = (int)(n - (int64_t)t * kTile < kTile ? n - (int64_t)t * kTile : kTile);
       cta_load(sm.stage, src + (int64_t)t * TB, (int64_t)tn * SZ, TB);
@@ -552,7 +667,7 @@ ZC_UNROLL
       sync();
       if (tid() == 0) sm.esc_total += tile_total;
     }
-    const uint32_t bcrc = crc_block(crc, kt, TB, n * SZ, (int64_t)kZip3Block * SZ, fin_full, sm.red);
+    const uint32_t bcrc = crc_block(crc, kcrc, TB, n * SZ, (int64_t)kZip3Block * SZ, fin_full, sm.red);
     const uint32_t cnt = sm.esc_total;
 
     // offset of this block's escapes in the chunk's dynamic part
@@ -565,8 +680,13 @@ ZC_UNROLL
     sync();
     const uint64_t prefix = sm.prefix;
     const int64_t dyn_cap = align_up(ch.numel, kAlign);  // never write past the dynamic part
-    for (uint32_t i = tid(); i < cnt && i < kZip3Block && (int64_t)(prefix + i) < dyn_cap; i += kThreads)
-      ch.dyn[prefix + i] = sm.esc[i];
+    if (fast) {  // this thread's escapes, from its own part of sm.esc
+      for (uint32_t j = 0; j < fnesc && (int64_t)(prefix + fbase + j) < dyn_cap; j++)
+        ch.dyn[prefix + fbase + j] = sm.esc[kFastElems * tid() + j];
+    } else {
+      for (uint32_t i = tid(); i < cnt && i < kZip3Block && (int64_t)(prefix + i) < dyn_cap; i += kThreads)
+        ch.dyn[prefix + i] = sm.esc[i];
+    }
     for (int64_t i = L.arrays_end + tid(); i < L.static_len; i += kThreads) rec[i] = 0;
     if (tid() == 0) {
       uint8_t* idx = ch.st + kIndexEntry * b;
@@ -722,7 +842,8 @@ struct SrcState {
   // field_of(window, c) for c = 0..7, a byte each (code 0, the escape, as
   // code 1: its field comes from the escape list); read with byte_of.
   uint32_t ftab[2];
-  uint32_t pad[2];
+  uint32_t idx_rsv;  // OR of the index entry's reserved bytes (must be 0)
+  int32_t parsed;    // 1 + the source slot whose frame header kind/st/dyn hold, or 0
 };
 
 struct DecSmemHead {
@@ -777,6 +898,141 @@ ZC_HD int verify_raw_block(const SrcState& ss, int64_t numel, int64_t rb, DecSme
   return crc_ok ? E_OK : E_CHECKSUM;
 }
 
+// ---------------------------------------------------------------- decode: the direct path
+//
+// A full block of one zip3 source, its static record and its output
+// 16-byte aligned: every block of a large tensor but the last, in a plain
+// decode. Thread t decodes elements [64t, 64t+64) (groups 2t and 2t+1)
+// from global memory into registers and stores them with 16-byte stores:
+// no shared staging, no shuffles of plane words, one barrier for the
+// escape scan, and the CRC-32C of its own 128 (bf16) bytes from registers,
+// combined with one GF(2) multiplication by CrcConsts::kb.
+
+// Static data of one thread's 64 elements.
+template <int DT>
+struct FastIn {
+  uint32_t pw[3][2];  // code planes: words of groups 2t, 2t+1
+  uint32_t qw[4][2];  // residue planes
+  U4 r8[4];           // R8 bytes
+  U4 r16[8];          // R16 halves (float32)
+};
+
+ZC_HD ZC_INLINE uint32_t u4_word(const U4& v, int i) { return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w)); }
+
+template <int DT>
+ZC_HD ZC_INLINE void fast_load(FastIn<DT>& in, const uint8_t* rec) {
+  constexpr Fmt F = fmt_of(DT);
+  const Zip3Layout L = zip3_layout(F, kZip3Block);
+  const int64_t g = 2 * (int64_t)tid();
+ZC_UNROLL
+  for (int k = 0; k < 2; k++) {
+ZC_UNROLL
+    for (int j = 0; j < 3; j++) in.pw[j][k] = *(const uint32_t*)(rec + L.planes + j * L.plane_len + 4 * (g + k));
+ZC_UNROLL
+    for (int j = 0; j < F.nq; j++) in.qw[j][k] = *(const uint32_t*)(rec + L.res_planes + j * L.plane_len + 4 * (g + k));
+  }
+  if (F.r8) {
+ZC_UNROLL
+    for (int i = 0; i < 4; i++) in.r8[i] = ld16(rec + L.r8 + (int64_t)kFastElems * tid() + 16 * i);
+  }
+  if (F.r16) {
+ZC_UNROLL
+    for (int i = 0; i < 8; i++) in.r16[i] = ld16(rec + L.r16 + 2 * (int64_t)kFastElems * tid() + 16 * i);
+  }
+}
+
+// Decodes the block whose static record is rec into block_dst, and checks
+// it as phases C and D of decode_cta do.
+template <int DT>
+ZC_HD void fast_decode_unit(const uint8_t* rec, const SrcState& ss, uint8_t* block_dst, const DecParams& P, int who,
+                            int64_t u, DecSmemHead& sm) {
+  constexpr Fmt F = fmt_of(DT);
+  constexpr int SZ = F.size;
+  constexpr int V = 16 / SZ;  // elements per 16-byte store
+  const unsigned ln = lane();
+  FastIn<DT> in = {};
+  fast_load<DT>(in, rec);
+  uint8_t* dst = block_dst + (int64_t)kFastElems * SZ * tid();
+  uint32_t em[2];
+ZC_UNROLL
+  for (int k = 0; k < 2; k++) em[k] = ~(in.pw[0][k] | in.pw[1][k] | in.pw[2][k]);
+  // this thread's escapes start at base in the block's escape list
+  const uint32_t mine = popc(em[0]) + popc(em[1]);
+  uint32_t total;
+  const uint32_t base = cta_exclusive_scan(mine, sm.warp_cnt, &total);
+  const Window win = {ss.win_mode, ss.win_base};
+  const uint32_t cnt = ss.cnt;
+  const uint8_t* esc = ss.dyn + ss.prefix;  // phase B checked prefix + cnt <= dyn_len
+  bool overrun = false, badval = false;
+  // the first 8 escaped fields, a byte each (more are read where used)
+  uint32_t e0 = 0, e1 = 0;
+  for (uint32_t j = 0; j < mine && j < 8; j++) {
+    uint32_t f = 0;
+    if (base + j < cnt) {
+      f = esc[base + j];
+      if (f > max_field(F) || code_of(win, f) != 0) badval = true;
+    } else {
+      overrun = true;
+    }
+    if (j < 4) {
+      e0 |= f << (8 * j);
+    } else {
+      e1 |= f << (8 * (j - 4));
+    }
+  }
+  const uint32_t ft0 = ss.ftab[0], ft1 = ss.ftab[1];
+  uint32_t crc = 0, used = 0;
+ZC_UNROLL
+  for (int k = 0; k < 2; k++) {
+ZC_UNROLL
+    for (int v = 0; v < 32 / V; v++) {
+      uint32_t wd[4] = {0, 0, 0, 0};
+ZC_UNROLL
+      for (int e = 0; e < V; e++) {
+        const int i = v * V + e;     // element in the group
+        const int x = 32 * k + i;    // element among the thread's 64
+        const uint32_t code = ((in.pw[0][k] >> i) & 1u) | ((in.pw[1][k] >> i) & 1u) << 1 | ((in.pw[2][k] >> i) & 1u) << 2;
+        uint32_t field = byte_of(ft0, ft1, code);
+        if ((em[k] >> i) & 1u) {
+          if (used < 8) {
+            field = byte_of(e0, e1, used);
+          } else if (base + used < cnt) {
+            field = esc[base + used];
+            if (field > max_field(F) || code_of(win, field) != 0) badval = true;
+          } else {
+            overrun = true;
+            field = 0;
+          }
+          used++;
+        }
+        uint32_t q = 0;
+ZC_UNROLL
+        for (int j = 0; j < F.nq; j++) q |= ((in.qw[j][k] >> i) & 1u) << F.q[j];
+        const uint32_t r8 = F.r8 ? (u4_word(in.r8[x / 16], (x / 4) % 4) >> (8 * (x % 4))) & 0xFFu : 0u;
+        const uint32_t r16 = F.r16 ? (u4_word(in.r16[x / 8], (x / 2) % 4) >> (16 * (x % 2))) & 0xFFFFu : 0u;
+        wd[(e * SZ) / 4] |= elem_assemble(F, field & max_field(F), r8, r16, q) << (8 * ((e * SZ) % 4));
+      }
+ZC_UNROLL
+      for (int j = 0; j < 4; j++) crc = crc_update_word(sm.crc_t, crc, wd[j]);
+      const U4 out = {wd[0], wd[1], wd[2], wd[3]};
+      st16(dst + (int64_t)(32 * k + v * V) * SZ, out);
+    }
+  }
+  if (ballot(overrun) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_OVERRUN);
+  if (ballot(badval) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_VALUE);
+  const CrcAcc acc = {crc, 0, 0};
+  constexpr int CLS = size_class(SZ);
+  const uint32_t got = crc_block(acc, P.crc->kb[CLS][tid()], kTile * SZ, kZip3Block * SZ, kZip3Block * SZ,
+                                 P.crc->fin_zip3[CLS], sm.red);
+  if (tid() == 0) {
+    if (total != cnt) {
+      report_error(P.status, E_CORRUPT, who, u, D_ESC_COUNT);
+    } else if (got != ss.crc) {
+      report_error(P.status, E_CHECKSUM, who, u, D_CRC);
+    }
+  }
+}
+
 template <int DT>
 ZC_HD void decode_cta(const DecParams& P) {
   constexpr Fmt F = fmt_of(DT);
@@ -796,6 +1052,7 @@ ZC_HD void decode_cta(const DecParams& P) {
   const int64_t total_units = P.unit0[P.nchunks];
   const unsigned w = warp(), ln = lane();
 
+  for (int r = (int)tid(); r < nsrc; r += kThreads) sm.s[r].parsed = 0;
   // frames of empty chunks have no unit: check their headers here
   if (bid() == 0) {
     for (int r = (int)tid(); r < (reduce ? nsrc : P.nchunks); r += kThreads) {
@@ -819,6 +1076,9 @@ ZC_HD void decode_cta(const DecParams& P) {
     const int64_t n = numel - u * kZip3Block < kZip3Block ? numel - u * kZip3Block : kZip3Block;
     const int64_t units = P.unit0[c + 1] - P.unit0[c];
 
+    // the direct path's candidates (decided after phase B, once the header is read)
+    const bool fast = !reduce && n == kZip3Block && (P.src[c].kind == SRC_FRAME || P.src[c].kind == SRC_SPLIT_ZIP3);
+
     // phase A: one thread per source parses its header / index entry and
     // publishes the escape count of this unit
     for (int r = (int)tid(); r < nsrc; r += kThreads) {
@@ -828,17 +1088,20 @@ ZC_HD void decode_cta(const DecParams& P) {
       ss.esc_run = 0;
       ss.cnt = 0;
       ss.prefix = 0;
-      ss.dyn = nullptr;
-      ss.dyn_len = 0;
       int err = E_OK;
       if (ds.kind == SRC_FRAME) {
-        Header h;
-        err = parse_header(ds.a, ds.len, sm.crc_t, DT, numel, &h);
-        if (err == E_OK) {
-          ss.kind = h.kind;
-          ss.st = ds.a + kHeaderLen;
-          ss.dyn = ss.st + h.static_len;
-          ss.dyn_len = h.dyn;
+        // every unit of a frame reads the same header: a CTA parses it once
+        const int key = (reduce ? r : c) + 1;
+        if (ss.parsed != key) {
+          Header h;
+          err = parse_header(ds.a, ds.len, sm.crc_t, DT, numel, &h);
+          ss.parsed = err == E_OK ? key : 0;
+          if (err == E_OK) {
+            ss.kind = h.kind;
+            ss.st = ds.a + kHeaderLen;
+            ss.dyn = ss.st + h.static_len;
+            ss.dyn_len = h.dyn;
+          }
         }
       } else if (ds.kind == SRC_SPLIT_ZIP3) {
         ss.kind = KIND_ZIP3;
@@ -849,9 +1112,13 @@ ZC_HD void decode_cta(const DecParams& P) {
       } else if (ds.kind == SRC_SPLIT_RAW) {
         ss.kind = KIND_RAW;
         ss.st = ds.a;
+        ss.dyn = nullptr;
+        ss.dyn_len = 0;
       } else {
         ss.kind = -1;
         ss.st = ds.a;
+        ss.dyn = nullptr;
+        ss.dyn_len = 0;
       }
       if (err != E_OK) {
         ss.bad = 1;
@@ -870,6 +1137,7 @@ ZC_HD void decode_cta(const DecParams& P) {
         ss.cnt = get_u32(idx + 4);
         ss.win_mode = idx[8];
         ss.win_base = idx[9];
+        ss.idx_rsv = (uint32_t)idx[10] | idx[11] | idx[12] | idx[13] | idx[14] | idx[15];
         const Window win = {ss.win_mode, ss.win_base};
         ss.ftab[0] = ss.ftab[1] = 0;
         for (uint32_t k = 0; k < 8; k++) ss.ftab[k >> 2] |= (field_of(win, k == 0 ? 1u : k) & 0xFFu) << (8 * (k & 3));
@@ -893,12 +1161,11 @@ ZC_HD void decode_cta(const DecParams& P) {
       SrcState& ss = sm.s[r];
       const int who = P.chunk_base + (reduce ? r : c);
       if (ss.kind == KIND_ZIP3) {
-        const uint8_t* idx = ss.st + kIndexEntry * u;
         const Zip3Layout L = zip3_layout(F, n);
         const uint8_t* rec = ss.st + ss.index_len + u * ss.full_len;
         int err = 0, det = 0;
         const Window win = {ss.win_mode, ss.win_base};
-        if (!cta_all_zero(idx + 10, 6, sm.red)) {
+        if (ss.idx_rsv != 0) {
           err = E_CORRUPT;
           det = D_INDEX_RESERVED;
         } else if (ss.cnt > (uint32_t)n || (int64_t)(ss.prefix + ss.cnt) > ss.dyn_len) {
@@ -959,6 +1226,16 @@ ZC_HD void decode_cta(const DecParams& P) {
         }
       }
       sync();
+    }
+    if (fast && sm.s[0].kind == KIND_ZIP3 && !sm.s[0].bad) {  // uniform: read after a barrier
+      // phase A's parse_header checked that the frame holds its static part
+      const Plan zp = plan_of(F, KIND_ZIP3, numel);
+      const uint8_t* rec = sm.s[0].st + zp.index_len + u * zp.full_len;
+      if (align_of(rec) == 16 && align_of(P.dst[c]) == 16) {
+        fast_decode_unit<DT>(rec, sm.s[0], P.dst[c] + u * kZip3Block * SZ, P, P.chunk_base + c, u, sm);
+        sync();  // the unit's shared state is reused by the next one
+        continue;
+      }
     }
     for (int i = (int)tid(); i < nsrc * kThreads * 2; i += kThreads) crc_acc[i] = 0;
     sync();

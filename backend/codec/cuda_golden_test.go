@@ -190,6 +190,12 @@ func cudaCodecCases() []cudaCodecCase {
 		{"e4m3_special", e4, "special:8", 18, []int{2000}},
 		{"e5m2_random", e5, "random", 19, []int{2000}},
 		{"e5m2_chunks", e5, "sparse:14", 20, []int{7, 129, 1000}},
+		// full blocks for decode's direct path: many escapes per thread
+		// (wide), the residue planes, and R16
+		{"bf16_wide_block", bf, "wide:126", 23, []int{1<<zip3BlockLog + 7}},
+		{"e4m3_special_block", e4, "special:8", 24, []int{1<<zip3BlockLog + 100}},
+		{"e5m2_gauss_block", e5, "gauss:15", 25, []int{2 << zip3BlockLog}},
+		{"fp32_special_block", f32, "special:127", 26, []int{1 << zip3BlockLog}},
 	}
 	// more chunks than one kernel launch takes (48): an all-to-all over 60 ranks
 	many := make([]int, 60)
