@@ -344,6 +344,12 @@ ZC_HD ZC_INLINE uint32_t code_of(Window w, uint32_t field) {
   return d < 7 ? d + 1 : 0;
 }
 
+// An escaped field must fit the format and be one the window cannot code
+// (the encoder escapes only those).
+ZC_HD ZC_INLINE bool escape_valid(const Fmt& f, Window w, uint32_t field) {
+  return field <= max_field(f) && code_of(w, field) == 0;
+}
+
 // Exponent field of code c (1..7).
 ZC_HD ZC_INLINE uint32_t field_of(Window w, uint32_t c) {
   if (w.mode == 1) return c == 1 ? 0 : w.base + c - 2;

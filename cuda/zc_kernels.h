@@ -131,6 +131,9 @@ ZC_HD ZC_INLINE void cta_store(uint8_t* dst, const uint8_t* src, int64_t nbytes)
   }
 }
 
+// Word i (0..3) of a 16-byte vector; i is a constant after unrolling.
+ZC_HD ZC_INLINE uint32_t u4_word(const U4& v, int i) { return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w)); }
+
 // Element access in shared memory (naturally aligned).
 ZC_HD ZC_INLINE uint32_t lds_elem(const uint8_t* p, int size) {
   if (size == 1) return p[0];
@@ -917,8 +920,6 @@ struct FastIn {
   U4 r16[8];          // R16 halves (float32)
 };
 
-ZC_HD ZC_INLINE uint32_t u4_word(const U4& v, int i) { return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w)); }
-
 template <int DT>
 ZC_HD ZC_INLINE void fast_load(FastIn<DT>& in, const uint8_t* rec) {
   constexpr Fmt F = fmt_of(DT);
@@ -970,7 +971,7 @@ ZC_UNROLL
     uint32_t f = 0;
     if (base + j < cnt) {
       f = esc[base + j];
-      if (f > max_field(F) || code_of(win, f) != 0) badval = true;
+      if (!escape_valid(F, win, f)) badval = true;
     } else {
       overrun = true;
     }
@@ -998,7 +999,7 @@ ZC_UNROLL
             field = byte_of(e0, e1, used);
           } else if (base + used < cnt) {
             field = esc[base + used];
-            if (field > max_field(F) || code_of(win, field) != 0) badval = true;
+            if (!escape_valid(F, win, field)) badval = true;
           } else {
             overrun = true;
             field = 0;
@@ -1306,7 +1307,7 @@ ZC_UNROLL
                 field = 0;
               } else {
                 field = ss.dyn[ss.prefix + k];
-                if (field > max_field(F) || code_of(win, field) != 0) badval = true;
+                if (!escape_valid(F, win, field)) badval = true;
               }
             } else {
               field = byte_of(ftab0, ftab1, code);
