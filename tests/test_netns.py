@@ -169,3 +169,58 @@ def test_socket_ifname_without_a_usable_interface(veth_pair):
     for r in res:
         assert r.returncode != 0
         assert "ZIPCCL_SOCKET_IFNAME" in r.stderr and "zcnope0" in r.stderr, r.stderr[-2000:]
+
+
+LOCAL_SCRIPT = r"""
+import datetime
+import torch, torch.distributed as dist, zipccl
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
+rank = dist.get_rank()
+n = 4 << 20  # 16 MiB of float32
+for k in range(4):
+    b = torch.full((n,), float(rank + k))
+    dist.broadcast(b, src=k % 2)
+    assert torch.equal(b, torch.full((n,), float(k % 2 + k))), f"broadcast {k}"
+t = torch.arange(n, dtype=torch.float32) * (rank + 1)
+dist.all_reduce(t)
+assert torch.equal(t, torch.arange(n, dtype=torch.float32) * 3), "all_reduce"
+dist.barrier()
+print("wire", sum(v["wire_bytes"] for v in zipccl.stats()["ops"].values()), flush=True)
+dist.destroy_process_group()
+print("ok", flush=True)
+"""
+
+
+@pytest.fixture
+def one_namespace():
+    why = _unavailable()
+    if why:
+        pytest.skip(why)
+    ns = f"zctest-{uuid.uuid4().hex[:6]}-lo"
+    try:
+        _ip("netns", "add", ns)
+        _ip("-n", ns, "link", "set", "lo", "up")
+        yield ns
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.parametrize("cma", ["1", "0"])
+def test_ranks_of_one_namespace_read_each_others_memory(one_namespace, cma):
+    """Two ranks in one network namespace move large messages with
+    process_vm_readv: loopback carries the headers and acknowledgements, a
+    small fraction of the payload. With ZIPCCL_CMA=0 it carries all of it.
+    (test_two_namespaces_over_veth proves the other side: ranks of two
+    namespaces send every byte over their link.)"""
+    ns = one_namespace
+    before = _counter(ns, "lo", "tx_bytes")
+    res = launch(LOCAL_SCRIPT, 2, env={"ZIPCCL_CMA": cma}, prefix=lambda r: ["ip", "netns", "exec", ns], timeout=180)
+    for r in res:
+        assert r.returncode == 0 and "ok" in r.stdout, f"rank {r.rank}: rc={r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
+    wire = sum(int(line.split()[1]) for r in res for line in r.stdout.splitlines() if line.startswith("wire"))
+    lo = _counter(ns, "lo", "tx_bytes") - before
+    assert wire >= 64 << 20, wire
+    if cma == "1":
+        assert lo < wire // 16, f"loopback carried {lo} bytes of {wire}"
+    else:
+        assert lo >= wire, f"loopback carried {lo} bytes of {wire}"

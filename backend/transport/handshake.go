@@ -30,8 +30,8 @@ const (
 	// (2: the agreement check's record carries the previous call's time
 	// and the op's largest payload; 3: an all_to_all is decided on the last
 	// one's agreed size and measures the group at any size, so ranks of
-	// different builds would run different protocols).
-	protocolVersion = 3
+	// different builds would run different protocols; 4: the CMA frames).
+	protocolVersion = 4
 	nonceLen        = 16
 	macLen          = sha256.Size
 	maxNameLen      = 4096

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,9 @@ type Mesh struct {
 	// posts is closed (and cleared) by the next post, close or peer loss,
 	// to wake a reader waiting for a large message's receive (awaitPost).
 	posts chan struct{}
+
+	cma    bool          // offer and read messages by descriptor (cma.go)
+	tokens atomic.Uint64 // names messages sent by descriptor
 }
 
 type peerKey struct {
@@ -75,6 +79,15 @@ type peer struct {
 	ready chan struct{} // closed when state becomes ready or down
 	err   error         // why the peer is down
 	wsem  chan struct{} // one writer at a time
+	gone  chan struct{} // closed when state becomes down
+
+	// cmaPid is the peer's process, read by descriptor (0: its messages
+	// all come on the socket). Owned by the connection's reader.
+	cmaPid int
+	// cmaOut says the peer reads this side's memory: large sends go by
+	// descriptor.
+	cmaOut atomic.Bool
+	acks   map[uint64]chan uint32 // descriptors awaiting their ack (m.mu)
 }
 
 type message struct {
@@ -128,8 +141,9 @@ func NewMesh(ep *Endpoint, cfg Config) (*Mesh, error) {
 		unexp:     map[peerKey][]*message{},
 	}
 	for i := range m.peers {
-		m.peers[i] = &peer{rank: i, ready: make(chan struct{}), wsem: make(chan struct{}, 1)}
+		m.peers[i] = &peer{rank: i, ready: make(chan struct{}), wsem: make(chan struct{}, 1), gone: make(chan struct{}), acks: map[uint64]chan uint32{}}
 	}
+	m.cma = cmaEnabled()
 	if err := ep.register(m); err != nil {
 		return nil, err
 	}
@@ -278,6 +292,11 @@ func (m *Mesh) install(src int, c net.Conn) {
 	close(p.ready)
 	m.mu.Unlock()
 	go m.readLoop(p, c)
+	if m.cma {
+		if id, _ := localCMA(); id != nil {
+			go m.writeControl(p, header{kind: frameCMAHello}, id.hello())
+		}
+	}
 }
 
 // markDown makes p unusable and fails the receives waiting on it. remote
@@ -290,6 +309,7 @@ func (m *Mesh) markDown(p *peer, err error, remote bool) {
 	}
 	wasReady := p.state == ready
 	p.state = down
+	close(p.gone)
 	m.wakeReaders()
 	p.err = err
 	if p.conn != nil {
@@ -413,8 +433,43 @@ func (m *Mesh) readLoop(p *peer, c net.Conn) {
 			if m.cfg.OnAbort != nil {
 				m.cfg.OnAbort(p.rank, string(msg))
 			}
+		case frameCMAHello:
+			b := make([]byte, h.length)
+			if _, err := io.ReadFull(c, b); err != nil {
+				m.readFailed(p, err)
+				return
+			}
+			p.cmaPid = 0
+			if m.cma {
+				p.cmaPid = probeCMA(b)
+			}
+			m.log.Tracef("rank %d's memory is readable: %v", p.rank, p.cmaPid != 0)
+			go m.writeControl(p, header{kind: frameCMAReply, seq: uint64(min(p.cmaPid, 1))}, nil)
+		case frameCMAReply:
+			p.cmaOut.Store(m.cma && h.seq == 1)
+		case frameAck:
+			m.mu.Lock()
+			ack := p.acks[h.seq]
+			delete(p.acks, h.seq)
+			m.mu.Unlock()
+			if ack != nil {
+				ack <- h.slot
+			}
 		default:
-			if err := m.deliver(p, &h, c); err != nil {
+			var src payload = sockPayload{c, h.length}
+			if h.flags&flagCMA != 0 {
+				if p.cmaPid == 0 {
+					m.readFailed(p, fmt.Errorf("%w: a message by descriptor from a process this side cannot read", errBadFrame))
+					return
+				}
+				token, segs, err := readCMADesc(c, h.length)
+				if err != nil {
+					m.readFailed(p, err)
+					return
+				}
+				src = cmaPayload{m, p, c, token, segs}
+			}
+			if err := m.deliver(p, &h, src); err != nil {
 				m.readFailed(p, err)
 				return
 			}
@@ -435,33 +490,100 @@ func (m *Mesh) readFailed(p *peer, err error) {
 	m.markDown(p, &PeerError{Rank: p.rank, Remote: true, Err: err}, true)
 }
 
+// payload is where a data frame's bytes come from: the socket, or the
+// sender's memory.
+type payload interface {
+	read(buf []byte) error
+	skip() error
+}
+
+type sockPayload struct {
+	c net.Conn
+	n uint64
+}
+
+func (s sockPayload) read(buf []byte) error {
+	_, err := io.ReadFull(s.c, buf)
+	return err
+}
+
+func (s sockPayload) skip() error { return discard(s.c, s.n) }
+
+type cmaPayload struct {
+	m     *Mesh
+	p     *peer
+	c     net.Conn
+	token uint64
+	segs  []cmaSeg
+}
+
+func (s cmaPayload) read(buf []byte) error {
+	if hook := cmaBeforeRead.Load(); hook != nil {
+		(*hook)()
+	}
+	err := cmaRead(s.p.cmaPid, buf, s.segs)
+	if hook := cmaReadErr.Load(); hook != nil {
+		err = (*hook)()
+	}
+	if err != nil {
+		// Memory the kernel cannot pin for another process (CUDA's
+		// pinned host buffers are mapped that way): the sender writes the
+		// message on the socket instead.
+		s.m.log.Tracef("rank %d's message must come on the socket: %v", s.p.rank, err)
+		go s.m.writeControl(s.p, header{kind: frameAck, seq: s.token, slot: ackResend}, nil)
+		return errResend
+	}
+	// A sender that gave up on its ack cut the connection before its
+	// memory could be reused: what was read then may be torn.
+	if hungUp(s.c) {
+		return errors.New("connection closed while its message was being read")
+	}
+	cmaReads.Add(1)
+	return s.skip()
+}
+
+// skip acknowledges without reading: the sender may reuse its memory.
+func (s cmaPayload) skip() error {
+	go s.m.writeControl(s.p, header{kind: frameAck, seq: s.token, slot: ackRead}, nil)
+	return nil
+}
+
+// errResend says a message by descriptor could not be read: its sender
+// sends it again on the socket, and the receive waits for that.
+var errResend = errors.New("message to be sent again on the socket")
+
 // deliver routes one data frame: straight into a posted receive's buffer
 // when there is one, else into a buffer kept until the receive is posted.
-func (m *Mesh) deliver(p *peer, h *header, c net.Conn) error {
+func (m *Mesh) deliver(p *peer, h *header, src payload) error {
 	k := Key{Kind: h.kind, Seq: h.seq, Slot: h.slot}
 	m.mu.Lock()
 	if h.kind == Coll && h.seq < m.collFloor {
 		m.mu.Unlock()
-		return discard(c, h.length)
+		return src.skip()
 	}
 	r := m.match(p.rank, k)
 	if r == nil && h.length >= awaitMin {
 		if r = m.awaitPost(p.rank, k, h.length); r == nil && h.kind == Coll && h.seq < m.collFloor {
 			m.mu.Unlock()
-			return discard(c, h.length)
+			return src.skip()
 		}
 	}
 	if r != nil {
 		if err := r.check(p.rank, h); err != nil {
 			r.finish(p.rank, err)
 			m.mu.Unlock()
-			return discard(c, h.length)
+			return src.skip()
 		}
 		r.claimed = true
 		r.src = p.rank
 		r.n = int(h.length)
 		m.mu.Unlock()
-		if _, err := io.ReadFull(c, r.buf[:r.n]); err != nil {
+		if err := src.read(r.buf[:r.n]); err == errResend {
+			m.mu.Lock()
+			m.repost(r)
+			m.mu.Unlock()
+			return nil
+		} else if err != nil {
 			m.mu.Lock()
 			r.finish(p.rank, &PeerError{Rank: p.rank, Remote: true, Err: err})
 			m.mu.Unlock()
@@ -478,7 +600,9 @@ func (m *Mesh) deliver(p *peer, h *header, c net.Conn) error {
 		largeBuffered.Add(1)
 	}
 	buf := make([]byte, h.length)
-	if _, err := io.ReadFull(c, buf); err != nil {
+	if err := src.read(buf); err == errResend {
+		return nil
+	} else if err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -731,6 +855,25 @@ func (m *Mesh) unpost(r *recvReq) {
 	}
 }
 
+// repost puts a claimed receive back, first in line for the peer it was
+// claimed for, whose message comes again (errResend). Called with m.mu
+// held.
+func (m *Mesh) repost(r *recvReq) {
+	p := m.peers[r.src]
+	switch {
+	case p.state == down:
+		r.finish(r.src, p.err)
+		return
+	case m.closed:
+		r.finish(r.src, ErrClosed)
+		return
+	}
+	r.claimed, r.n, r.peer = false, 0, r.src
+	pk := peerKey{r.src, r.key}
+	m.posted[pk] = append([]*recvReq{r}, m.posted[pk]...)
+	m.wakeReaders()
+}
+
 // waitReady returns p's connection once established.
 func (m *Mesh) waitReady(ctx context.Context, p *peer) (net.Conn, error) {
 	m.mu.Lock()
@@ -806,30 +949,57 @@ func (m *Mesh) Send(ctx context.Context, peer int, k Key, desc *Desc, bufs ...[]
 	if err != nil {
 		return err
 	}
-	select {
-	case p.wsem <- struct{}{}:
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-	defer func() { <-p.wsem }()
-
 	var n uint64
+	segs := make([][]byte, 0, len(bufs))
 	for _, b := range bufs {
-		n += uint64(len(b))
+		if len(b) > 0 {
+			n += uint64(len(b))
+			segs = append(segs, b)
+		}
 	}
 	h := header{kind: k.Kind, slot: k.Slot, seq: k.Seq, length: n}
 	if desc != nil {
 		h.desc = *desc
 	}
 	var hb [headerLen]byte
-	h.encode(hb[:])
-	vec := make(net.Buffers, 0, len(bufs)+1)
-	vec = append(vec, hb[:])
-	for _, b := range bufs {
-		if len(b) > 0 {
-			vec = append(vec, b)
-		}
+	vec := make(net.Buffers, 0, len(segs)+1)
+	if n < cmaMin || len(segs) > cmaMaxSegs || !p.cmaOut.Load() {
+		h.encode(hb[:])
+		vec = append(append(vec, hb[:]), segs...)
+		return m.write(ctx, p, conn, vec)
 	}
+	token, ack := m.tokens.Add(1), make(chan uint32, 1)
+	m.mu.Lock()
+	p.acks[token] = ack
+	m.mu.Unlock()
+	h.flags = flagCMA
+	h.encode(hb[:])
+	vec = append(vec, hb[:], encodeCMADesc(token, segs))
+	if err := m.write(ctx, p, conn, vec); err != nil {
+		return err
+	}
+	// Not holding the writer: the peer's ack may wait for its own writer,
+	// whose message needs our reader, which needs nothing.
+	status, err := m.awaitAck(ctx, p, ack)
+	if err == nil && status == ackResend {
+		h.flags = 0
+		h.encode(hb[:])
+		err = m.write(ctx, p, conn, append(net.Buffers{hb[:]}, segs...))
+	}
+	// The peer reads segs until it acks. They are heap memory (Send's
+	// bufs escape through write), which Go never moves, or C memory.
+	runtime.KeepAlive(segs)
+	return err
+}
+
+// write writes one frame when the connection's writer is free.
+func (m *Mesh) write(ctx context.Context, p *peer, conn net.Conn, vec net.Buffers) error {
+	select {
+	case p.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	defer func() { <-p.wsem }()
 	// On cancellation a write in progress gets cancelGrace to finish: the
 	// receiver always drains its socket, so a healthy peer completes it and
 	// the connection survives; a stuck one is cut, since a partial frame
@@ -839,7 +1009,7 @@ func (m *Mesh) Send(ctx context.Context, peer int, k Key, desc *Desc, bufs ...[]
 		conn.SetWriteDeadline(time.Now().Add(cancelGrace))
 		close(fired)
 	})
-	_, err = vec.WriteTo(conn)
+	_, err := vec.WriteTo(conn)
 	if !stop() {
 		<-fired
 		conn.SetWriteDeadline(time.Time{})
@@ -847,13 +1017,64 @@ func (m *Mesh) Send(ctx context.Context, peer int, k Key, desc *Desc, bufs ...[]
 	if err != nil {
 		if ctx.Err() != nil {
 			cause := context.Cause(ctx)
-			m.markDown(p, &PeerError{Rank: peer, Err: fmt.Errorf("send cancelled mid-message: %v", cause)}, false)
+			m.markDown(p, &PeerError{Rank: p.rank, Err: fmt.Errorf("send cancelled mid-message: %v", cause)}, false)
 			return cause
 		}
-		m.markDown(p, &PeerError{Rank: peer, Remote: true, Err: err}, true)
-		return &PeerError{Rank: peer, Remote: true, Err: err}
+		m.markDown(p, &PeerError{Rank: p.rank, Remote: true, Err: err}, true)
+		return &PeerError{Rank: p.rank, Remote: true, Err: err}
 	}
 	return nil
+}
+
+// awaitAck waits until the peer has read a message sent by descriptor, or
+// asked for it on the socket, and returns its answer (ackRead, ackResend).
+// Cancelled, it gives the peer cancelGrace to finish, as a socket write
+// gets, then cuts the connection: the peer's reader notices, and fails
+// the message rather than keep what it read.
+func (m *Mesh) awaitAck(ctx context.Context, p *peer, ack chan uint32) (uint32, error) {
+	select {
+	case st := <-ack:
+		return st, nil
+	case <-p.gone:
+		return 0, m.peerErr(p)
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cancelGrace)
+	defer t.Stop()
+	select {
+	case <-ack:
+	case <-p.gone:
+	case <-t.C:
+		m.markDown(p, &PeerError{Rank: p.rank, Err: fmt.Errorf("send cancelled while the peer had not read the message: %v", context.Cause(ctx))}, false)
+	}
+	return 0, context.Cause(ctx)
+}
+
+func (m *Mesh) peerErr(p *peer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return p.err
+}
+
+// writeControl writes a frame of the pair's protocol (no message) when the
+// connection's writer is free.
+func (m *Mesh) writeControl(p *peer, h header, payload []byte) {
+	select {
+	case p.wsem <- struct{}{}:
+	case <-p.gone:
+		return
+	}
+	defer func() { <-p.wsem }()
+	m.mu.Lock()
+	conn := p.conn
+	m.mu.Unlock()
+	h.length = uint64(len(payload))
+	var hb [headerLen]byte
+	h.encode(hb[:])
+	vec := net.Buffers{hb[:], payload}
+	if _, err := vec.WriteTo(conn); err != nil {
+		m.markDown(p, &PeerError{Rank: p.rank, Remote: true, Err: err}, true)
+	}
 }
 
 // SetCollFloor declares every collective message with a sequence number

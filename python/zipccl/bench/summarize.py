@@ -47,7 +47,7 @@ def merge(paths: Sequence[str]) -> dict[Key, dict[str, dict[str, Any]]]:
 def goal_table(cases: dict[Key, dict[str, dict[str, Any]]], goal: float) -> str:
     """zipccl's time over gloo's per size (medians over the files), each
     file's own ratio, and whether the median meets the goal ratio."""
-    lines = ["| ranks | op | size | gloo ms | zipccl ms | zipccl/gloo time | each run | within %.1fx |" % goal,
+    lines = ["| ranks | op | size | gloo ms | zipccl ms | zipccl/gloo time | each run | within %gx |" % goal,
              "|---:|---|---:|---:|---:|---:|---|:---:|"]
     for (op, dtype, world, size) in sorted(cases, key=lambda k: (k[2], k[0], k[1], k[3])):
         per = cases[(op, dtype, world, size)]
