@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-
 // netnsID identifies this process's network namespace.
 func netnsID() (dev, ino uint64, err error) {
 	var st unix.Stat_t

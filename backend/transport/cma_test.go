@@ -28,6 +28,26 @@ func connectCMA(t *testing.T, g *testGroup, a, b int) {
 	}, 5*time.Second, time.Millisecond, "the probe did not enable reads by descriptor")
 }
 
+// newCMAPair is a group of two ranks that read each other's memory.
+func newCMAPair(t *testing.T) *testGroup {
+	t.Helper()
+	if !cmaEnabled() {
+		t.Skip("process_vm_readv is not available here")
+	}
+	g := newTestGroup(t, 2)
+	connectCMA(t, g, 0, 1)
+	return g
+}
+
+// holdCMAReads makes every read by descriptor wait until release is closed.
+func holdCMAReads(t *testing.T) (release chan struct{}) {
+	release = make(chan struct{})
+	hook := func() { <-release }
+	cmaBeforeRead.Store(&hook)
+	t.Cleanup(func() { cmaBeforeRead.Store(nil) })
+	return release
+}
+
 func randBytes(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, 1))
 	b := make([]byte, n)
@@ -38,11 +58,7 @@ func randBytes(n int, seed uint64) []byte {
 }
 
 func TestCMAMessagesBothWays(t *testing.T) {
-	if !cmaEnabled() {
-		t.Skip("process_vm_readv is not available here")
-	}
-	g := newTestGroup(t, 2)
-	connectCMA(t, g, 0, 1)
+	g := newCMAPair(t)
 	ctx := ctxT(t)
 	var d Desc
 	before := cmaReads.Load()
@@ -73,11 +89,7 @@ func TestCMAMessagesBothWays(t *testing.T) {
 // A message read by descriptor and then refused (another op, a stale
 // sequence number) is acknowledged all the same: its sender returns.
 func TestCMARefusedMessagesAreAcknowledged(t *testing.T) {
-	if !cmaEnabled() {
-		t.Skip("process_vm_readv is not available here")
-	}
-	g := newTestGroup(t, 2)
-	connectCMA(t, g, 0, 1)
+	g := newCMAPair(t)
 	ctx := ctxT(t)
 	var a, b Desc
 	a[0], b[0] = 1, 2
@@ -105,15 +117,8 @@ func TestCMARefusedMessagesAreAcknowledged(t *testing.T) {
 // and the receiver fails the message instead of keeping what it read: the
 // sender's memory may have been reused by then.
 func TestCMACancelledSendFailsTheReceive(t *testing.T) {
-	if !cmaEnabled() {
-		t.Skip("process_vm_readv is not available here")
-	}
-	g := newTestGroup(t, 2)
-	connectCMA(t, g, 0, 1)
-	release := make(chan struct{})
-	hook := func() { <-release }
-	cmaBeforeRead.Store(&hook)
-	t.Cleanup(func() { cmaBeforeRead.Store(nil) })
+	g := newCMAPair(t)
+	release := holdCMAReads(t)
 
 	var d Desc
 	k := Key{Kind: P2P, Seq: 3}
@@ -141,15 +146,8 @@ func TestCMACancelledSendFailsTheReceive(t *testing.T) {
 
 // A sender whose peer dies before reading its message returns an error.
 func TestCMAPeerLostBeforeAck(t *testing.T) {
-	if !cmaEnabled() {
-		t.Skip("process_vm_readv is not available here")
-	}
-	g := newTestGroup(t, 2)
-	connectCMA(t, g, 0, 1)
-	release := make(chan struct{})
-	hook := func() { <-release }
-	cmaBeforeRead.Store(&hook)
-	t.Cleanup(func() { cmaBeforeRead.Store(nil) })
+	g := newCMAPair(t)
+	release := holdCMAReads(t)
 	defer close(release)
 	var d Desc
 	errc := make(chan error, 1)
@@ -244,11 +242,7 @@ func TestCMADescriptorChecks(t *testing.T) {
 // sender write the message on the socket: it still arrives, whether its
 // receive was posted, posted later, or posted for any source.
 func TestCMAUnreadableMemoryComesOnTheSocket(t *testing.T) {
-	if !cmaEnabled() {
-		t.Skip("process_vm_readv is not available here")
-	}
-	g := newTestGroup(t, 2)
-	connectCMA(t, g, 0, 1)
+	g := newCMAPair(t)
 	fail := func() error { return syscall.EFAULT }
 	cmaReadErr.Store(&fail)
 	t.Cleanup(func() { cmaReadErr.Store(nil) })
