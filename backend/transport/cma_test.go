@@ -238,7 +238,7 @@ func TestCMADescriptorChecks(t *testing.T) {
 	require.ErrorIs(t, h.decode(hb), errBadFrame, "unknown flag")
 }
 
-// Memory the receiver cannot read (CUDA's pinned host buffers) makes the
+// Memory the receiver cannot read (a driver's own mappings) makes the
 // sender write the message on the socket: it still arrives, whether its
 // receive was posted, posted later, or posted for any source.
 func TestCMAUnreadableMemoryComesOnTheSocket(t *testing.T) {

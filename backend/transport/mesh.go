@@ -526,9 +526,9 @@ func (s cmaPayload) read(buf []byte) error {
 		err = (*hook)()
 	}
 	if err != nil {
-		// Memory the kernel cannot pin for another process (CUDA's
-		// pinned host buffers are mapped that way): the sender writes the
-		// message on the socket instead.
+		// Memory the kernel cannot pin for another process (a driver's
+		// own mappings): the sender writes the message on the socket
+		// instead.
 		s.m.log.Tracef("rank %d's message must come on the socket: %v", s.p.rank, err)
 		go s.m.writeControl(s.p, header{kind: frameAck, seq: s.token, slot: ackResend}, nil)
 		return errResend
