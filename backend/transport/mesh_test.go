@@ -384,10 +384,12 @@ func TestLargeMessageWaitsForItsReceive(t *testing.T) {
 	for try := 0; try < 3 && !direct; try++ {
 		k := Key{Kind: P2P, Seq: uint64(100 + try)}
 		before := largeBuffered.Load()
+		// allocated first: zeroing 16 MiB (under -race, with its shadow)
+		// can take longer than the wait
+		buf := make([]byte, len(payload))
 		errc := make(chan error, 1)
 		go func() { errc <- g.meshes[1].Send(ctx, 0, k, &d, payload) }()
 		time.Sleep(time.Millisecond) // the frame's header is in; no receive yet
-		buf := make([]byte, len(payload))
 		_, err := g.meshes[0].Recv(ctx, 1, k, buf, &d)
 		require.NoError(t, err)
 		require.NoError(t, <-errc)
