@@ -314,7 +314,10 @@ def test_stranger_is_refused_and_job_continues():
 # SIGINT
 
 SIGINT_LOOP = r"""
-import datetime, sys, time
+import datetime, signal, sys, time
+# Python's own handler, as a foreground launch gets it: a job started in the
+# background (`cmd &`) inherits SIGINT ignored, and the test would hang.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import torch, torch.distributed as dist, zipccl
 dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=30))
 rank = dist.get_rank()
