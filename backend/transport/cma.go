@@ -3,6 +3,7 @@ package transport
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -87,24 +88,31 @@ func (id *cmaIdentity) hello() []byte {
 }
 
 // probeCMA reads a peer's hello and returns the pid to read its messages
-// from, or 0 when this side cannot (another namespace or host, or no
-// permission: ptrace_scope, seccomp).
-func probeCMA(b []byte) int {
+// from, or 0 when this side cannot: another namespace or host (denied
+// nil), or a peer in this namespace whose memory cannot be read (denied
+// says why: ptrace_scope, seccomp, another pid namespace).
+func probeCMA(b []byte) (pid int, denied error) {
 	me, err := localCMA()
 	if err != nil || me == nil || len(b) != cmaHelloLen {
-		return 0
+		return 0, nil
 	}
-	pid := int(binary.LittleEndian.Uint32(b[0:]))
+	pid = int(binary.LittleEndian.Uint32(b[0:]))
 	if binary.LittleEndian.Uint64(b[8:]) != me.nsDev || binary.LittleEndian.Uint64(b[16:]) != me.nsIno || pid <= 0 {
-		return 0
+		return 0, nil
 	}
 	var got [16]byte
 	seg := cmaSeg{addr: binary.LittleEndian.Uint64(b[24:]), n: 16}
-	if err := cmaRead(pid, got[:], []cmaSeg{seg}); err != nil || string(got[:]) != string(b[32:48]) {
-		return 0
+	if err := cmaRead(pid, got[:], []cmaSeg{seg}); err != nil {
+		return 0, err
 	}
-	return pid
+	if string(got[:]) != string(b[32:48]) {
+		return 0, errors.New("process id names another process (another pid namespace?)")
+	}
+	return pid, nil
 }
+
+// cmaDeniedOnce: a process says once why peers of its host use the socket.
+var cmaDeniedOnce sync.Once
 
 // cmaSeg is one buffer of the sender's memory.
 type cmaSeg struct{ addr, n uint64 }

@@ -191,7 +191,9 @@ func TestCMAProbe(t *testing.T) {
 		t.Skip("process_vm_readv is not available here")
 	}
 	h := id.hello()
-	require.Equal(t, int(id.pid), probeCMA(h))
+	pid, denied := probeCMA(h)
+	require.Equal(t, int(id.pid), pid)
+	require.NoError(t, denied)
 	for name, mutate := range map[string]func(b []byte){
 		"another network namespace": func(b []byte) { b[16] ^= 1 },
 		"another token":             func(b []byte) { b[40] ^= 1 },
@@ -205,7 +207,10 @@ func TestCMAProbe(t *testing.T) {
 		} else {
 			mutate(b)
 		}
-		require.Zero(t, probeCMA(b), name)
+		pid, denied := probeCMA(b)
+		require.Zero(t, pid, name)
+		// only a peer of this namespace that cannot be read is worth a word
+		require.Equal(t, name == "another token" || name == "another address", denied != nil, name)
 	}
 }
 

@@ -441,7 +441,14 @@ func (m *Mesh) readLoop(p *peer, c net.Conn) {
 			}
 			p.cmaPid = 0
 			if m.cma {
-				p.cmaPid = probeCMA(b)
+				var denied error
+				p.cmaPid, denied = probeCMA(b)
+				if denied != nil {
+					cmaDeniedOnce.Do(func() {
+						m.log.Infof("rank %d shares this host and network namespace, but its memory cannot be read (%v): "+
+							"large messages between such ranks go through the socket (kernel.yama.ptrace_scope 0 allows the reads)", p.rank, denied)
+					})
+				}
 			}
 			m.log.Tracef("rank %d's memory is readable: %v", p.rank, p.cmaPid != 0)
 			go m.writeControl(p, header{kind: frameCMAReply, seq: uint64(min(p.cmaPid, 1))}, nil)
