@@ -226,6 +226,7 @@ def _run(args: argparse.Namespace) -> int:
         kernel=platform.release(),
         compress=args.compress or os.environ.get("ZIPCCL_COMPRESS", "default"),
         pinned=not args.no_pin,
+        zipccl_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("ZIPCCL_")},
         config=cfg,
     )
     with open(os.path.splitext(csv_path)[0] + ".json", "w") as f:
