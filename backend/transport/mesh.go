@@ -956,23 +956,22 @@ func (m *Mesh) Send(ctx context.Context, peer int, k Key, desc *Desc, bufs ...[]
 	if err != nil {
 		return err
 	}
+	var hb [headerLen]byte
+	vec := net.Buffers{hb[:]}
 	var n uint64
-	segs := make([][]byte, 0, len(bufs))
 	for _, b := range bufs {
 		if len(b) > 0 {
 			n += uint64(len(b))
-			segs = append(segs, b)
+			vec = append(vec, b)
 		}
 	}
 	h := header{kind: k.Kind, slot: k.Slot, seq: k.Seq, length: n}
 	if desc != nil {
 		h.desc = *desc
 	}
-	var hb [headerLen]byte
-	vec := make(net.Buffers, 0, len(segs)+1)
+	segs := vec[1:]
 	if n < cmaMin || len(segs) > cmaMaxSegs || !p.cmaOut.Load() {
 		h.encode(hb[:])
-		vec = append(append(vec, hb[:]), segs...)
 		return m.write(ctx, p, conn, vec)
 	}
 	token, ack := m.tokens.Add(1), make(chan uint32, 1)
@@ -981,8 +980,7 @@ func (m *Mesh) Send(ctx context.Context, peer int, k Key, desc *Desc, bufs ...[]
 	m.mu.Unlock()
 	h.flags = flagCMA
 	h.encode(hb[:])
-	vec = append(vec, hb[:], encodeCMADesc(token, segs))
-	if err := m.write(ctx, p, conn, vec); err != nil {
+	if err := m.write(ctx, p, conn, net.Buffers{hb[:], encodeCMADesc(token, segs)}); err != nil {
 		return err
 	}
 	// Not holding the writer: the peer's ack may wait for its own writer,
@@ -1066,22 +1064,13 @@ func (m *Mesh) peerErr(p *peer) error {
 // writeControl writes a frame of the pair's protocol (no message) when the
 // connection's writer is free.
 func (m *Mesh) writeControl(p *peer, h header, payload []byte) {
-	select {
-	case p.wsem <- struct{}{}:
-	case <-p.gone:
-		return
-	}
-	defer func() { <-p.wsem }()
 	m.mu.Lock()
 	conn := p.conn
 	m.mu.Unlock()
 	h.length = uint64(len(payload))
 	var hb [headerLen]byte
 	h.encode(hb[:])
-	vec := net.Buffers{hb[:], payload}
-	if _, err := vec.WriteTo(conn); err != nil {
-		m.markDown(p, &PeerError{Rank: p.rank, Remote: true, Err: err}, true)
-	}
+	_ = m.write(context.Background(), p, conn, net.Buffers{hb[:], payload}) // a failure marks p down
 }
 
 // SetCollFloor declares every collective message with a sequence number
