@@ -304,13 +304,22 @@ ZC_HD ZC_INLINE uint64_t window_const(double c, int mant_bits) {
   return (uint64_t)(c * (double)((uint64_t)1 << mant_bits));
 }
 
+// floor((sum + nz c) / (nz 2^mant_bits)) for sum, the sum of nz sampled
+// magnitudes (each below 2^(mant_bits + exp_bits)), and c < 2^mant_bits:
+// computed as floor(floor((sum + nz c) / 2^mant_bits) / nz), which is the
+// same integer, and whose dividend is below nz (2^exp_bits + 1) <= 64 x 257,
+// so that a 32-bit division does (a 64-bit one is a long routine on a GPU,
+// run by one lane while the CTA waits).
+ZC_HD ZC_INLINE int64_t window_mean(uint64_t sum, uint32_t nz, uint64_t c, int mant_bits) {
+  return (int64_t)((uint32_t)((sum + (uint64_t)nz * c) >> mant_bits) / nz);
+}
+
 ZC_HD ZC_INLINE Window window_from_sums(const Fmt& f, uint64_t sum, uint32_t nz, uint32_t zc, uint32_t cnt) {
   Window w = {0, 0};
   if (nz == 0) return w;
   int64_t maxf = (int64_t)max_field(f);
-  uint64_t one = (uint64_t)1 << f.mant_bits;
   if ((uint64_t)zc * 16 >= cnt) {
-    int64_t b = (int64_t)((sum + (uint64_t)nz * window_const(0.12, f.mant_bits)) / ((uint64_t)nz * one)) - 3;
+    int64_t b = window_mean(sum, nz, window_const(0.12, f.mant_bits), f.mant_bits) - 3;
     if (b > maxf - 5) b = maxf - 5;
     if (b >= 2) {
       w.mode = 1;
@@ -318,7 +327,7 @@ ZC_HD ZC_INLINE Window window_from_sums(const Fmt& f, uint64_t sum, uint32_t nz,
       return w;
     }
   }
-  int64_t b = (int64_t)((sum + (uint64_t)nz * window_const(0.27, f.mant_bits)) / ((uint64_t)nz * one)) - 4;
+  int64_t b = window_mean(sum, nz, window_const(0.27, f.mant_bits), f.mant_bits) - 4;
   if (b < 0) b = 0;
   if (b > maxf - 6) b = maxf - 6;
   w.mode = 0;

@@ -320,7 +320,7 @@ constexpr uint64_t kPre = (uint64_t)2 << 62;
 constexpr uint64_t kValMask = kAgg - 1;
 
 ZC_HD ZC_INLINE void lookback_publish(uint64_t* states, int64_t u, uint64_t count) {
-  store_release_u64(&states[u], (u == 0 ? kPre : kAgg) | (count & kValMask));
+  store_relaxed_u64(&states[u], (u == 0 ? kPre : kAgg) | (count & kValMask));
 }
 
 ZC_HD ZC_INLINE uint64_t lookback_prefix(uint64_t* states, int64_t u, uint64_t count) {
@@ -344,7 +344,7 @@ ZC_HD ZC_INLINE uint64_t lookback_prefix(uint64_t* states, int64_t u, uint64_t c
     if (pm) break;
     j -= 32;
   }
-  if (lane() == 0) store_release_u64(&states[u], kPre | ((prefix + count) & kValMask));
+  if (lane() == 0) store_relaxed_u64(&states[u], kPre | ((prefix + count) & kValMask));
   return prefix;
 }
 
@@ -535,6 +535,8 @@ ZC_HD void encode_cta(const EncParams& P) {
   const uint32_t fin_full = P.crc->fin_zip3[CLS];
   const int64_t total_units = P.unit0[P.nchunks];
   const unsigned w = warp(), ln = lane();
+  // this lane's two sample positions in a full block (FORMAT.md 3.4)
+  const int64_t full_pos[2] = {sample_pos(ln, kZip3Block), sample_pos(ln + 32, kZip3Block)};
 
   for (;;) {
     if (tid() == 0) sm.job = (int64_t)atomic_add_u32(P.ticket, 1);
@@ -553,30 +555,39 @@ ZC_HD void encode_cta(const EncParams& P) {
     FastEncIn<DT> fin = {};
     if (fast) fast_enc_load<DT>(fin, src + (int64_t)kFastElems * SZ * tid());
 
-    // window from 64 samples (warp 0)
+    // window from 64 samples (warp 0; the rest of the CTA waits for it, so
+    // it is kept short: both loads issued first, full blocks' positions
+    // computed once, one shuffle per step where the sum fits 32 bits)
     if (w == 0) {
       const int64_t S = n < kSamples ? n : kSamples;
       const uint32_t mag = (uint32_t)(((uint64_t)1 << (F.exp_shift + F.exp_bits)) - 1);
+      uint32_t m[2] = {0, 0};
+ZC_UNROLL
+      for (int h = 0; h < 2; h++) {
+        const int64_t k = ln + 32 * h;
+        const int64_t i = n == kZip3Block ? full_pos[h] : (n <= kSamples ? k : sample_pos((uint32_t)k, n));
+        if (k < S) m[h] = load_elem(src + i * SZ, SZ) & mag;
+      }
       uint64_t sum = 0;
-      uint32_t nz = 0, zc = 0;
-      for (int64_t k = ln; k < S; k += 32) {
-        int64_t i = n <= kSamples ? k : sample_pos((uint32_t)k, n);
-        uint32_t m = load_elem(src + i * SZ, SZ) & mag;
-        uint32_t field = m >> F.exp_shift;
+      uint32_t cnts = 0;  // nonzero-and-finite samples, plus zero fields << 16
+ZC_UNROLL
+      for (int h = 0; h < 2; h++) {
+        const uint32_t field = m[h] >> F.exp_shift;
+        if (ln + 32 * h >= (unsigned)S) continue;
         if (field == 0) {
-          zc++;
+          cnts += 1u << 16;
         } else if (field < max_field(F)) {
-          sum += m;
-          nz++;
+          sum += m[h];
+          cnts++;
         }
       }
+      constexpr bool narrow = F.exp_shift + F.exp_bits + 6 <= 32;  // 64 samples' sum fits 32 bits
       for (int o = 16; o > 0; o >>= 1) {
-        sum += shfl_xor64(sum, (unsigned)o);
-        nz += shfl_xor(nz, (unsigned)o);
-        zc += shfl_xor(zc, (unsigned)o);
+        sum += narrow ? shfl_xor((uint32_t)sum, (unsigned)o) : shfl_xor64(sum, (unsigned)o);
+        cnts += shfl_xor(cnts, (unsigned)o);
       }
       if (ln == 0) {
-        Window win = window_from_sums(F, sum, nz, zc, (uint32_t)S);
+        Window win = window_from_sums(F, sum, cnts & 0xFFFFu, cnts >> 16, (uint32_t)S);
         sm.win_mode = win.mode;
         sm.win_base = win.base;
         sm.esc_total = 0;
@@ -670,12 +681,14 @@ ZC_UNROLL
       sync();
       if (tid() == 0) sm.esc_total += tile_total;
     }
+    // this block's escape count, published before the CRC is combined so
+    // that the successors' look-backs find it sooner
+    uint64_t* states = P.states + P.unit0[c];
+    if (tid() == 0) lookback_publish(states, b, sm.esc_total);
     const uint32_t bcrc = crc_block(crc, kcrc, TB, n * SZ, (int64_t)kZip3Block * SZ, fin_full, sm.red);
     const uint32_t cnt = sm.esc_total;
 
     // offset of this block's escapes in the chunk's dynamic part
-    uint64_t* states = P.states + P.unit0[c];
-    if (tid() == 0) lookback_publish(states, b, cnt);
     if (w == 0) {
       uint64_t pre = lookback_prefix(states, b, cnt);
       if (ln == 0) sm.prefix = pre;

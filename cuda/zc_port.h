@@ -195,12 +195,6 @@ ZC_HD ZC_INLINE void spin_pause() {
 #endif
 }
 
-ZC_HD ZC_INLINE void threadfence() {
-#if ZC_DEVICE_PASS
-  __threadfence();
-#endif
-}
-
 // Byte s (0..7) of the 8-byte value hi:lo (one PRMT on the GPU).
 ZC_HD ZC_INLINE uint32_t byte_of(uint32_t lo, uint32_t hi, uint32_t s) {
 #if ZC_DEVICE_PASS
@@ -269,11 +263,12 @@ ZC_HD ZC_INLINE uint32_t atomic_cas_u32(uint32_t* p, uint32_t cmp, uint32_t v) {
 #endif
 }
 
-// Publish a 64-bit word to other blocks (single-copy atomic store after a
-// fence that orders this thread's earlier writes).
-ZC_HD ZC_INLINE void store_release_u64(uint64_t* p, uint64_t v) {
+// Publish a 64-bit word to other blocks: a single-copy atomic store, with
+// no fence. The look-back's state words carry their whole message (a flag
+// and a count), so no earlier write needs ordering before them; a fence
+// here made thread 0 wait for its own stores of the block, on every block.
+ZC_HD ZC_INLINE void store_relaxed_u64(uint64_t* p, uint64_t v) {
 #if ZC_DEVICE_PASS
-  __threadfence();
   atomicExch((unsigned long long*)p, (unsigned long long)v);
 #else
   *(volatile uint64_t*)p = v;
