@@ -14,8 +14,6 @@ namespace zc_backend {
 
 struct DeviceInfo {
   int sm_count;
-  int enc_ctas_per_sm;  // resident CTAs of the encode kernel
-  int dec_ctas_per_sm;  // of the decode kernel (1 source)
 };
 
 // Every function returns 0 on success, or non-zero after storing a message
@@ -32,6 +30,7 @@ int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t s);
 int dec_ctas_per_sm(int dtype, size_t smem);  // occupancy for a given shared-memory size
+int enc_ctas_per_sm(int dtype);               // of the dtype's encode kernel
 const char* build_info();
 
 void set_error(const char* fmt, ...);

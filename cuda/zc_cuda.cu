@@ -58,11 +58,6 @@ int device_info(int device, DeviceInfo* info) {
   cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return cuda_fail(e, "cudaDeviceGetAttribute");
   info->sm_count = sms;
-  e = zc_launch::occupancy<zc::DT_BF16>(0, 0, &info->enc_ctas_per_sm);
-  if (e == cudaSuccess) e = zc_launch::occupancy<zc::DT_BF16>(1, zc::dec_smem_bytes(1), &info->dec_ctas_per_sm);
-  if (e != cudaSuccess) return cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (info->enc_ctas_per_sm < 1) info->enc_ctas_per_sm = 1;
-  if (info->dec_ctas_per_sm < 1) info->dec_ctas_per_sm = 1;
   return 0;
 }
 
@@ -109,6 +104,16 @@ int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl
   cudaError_t e =
       dispatch(dtype, [&](auto dt) { return zc_launch::decode<decltype(dt)::value>(p, grid, smem, (cudaStream_t)s); });
   return e == cudaSuccess ? 0 : cuda_fail(e, "decode kernel launch");
+}
+
+int enc_ctas_per_sm(int dtype) {
+  int n = 0;
+  cudaError_t e = dispatch(dtype, [&](auto dt) { return zc_launch::occupancy<decltype(dt)::value>(0, 0, &n); });
+  if (e != cudaSuccess) {
+    cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return -1;
+  }
+  return n < 1 ? 1 : n;
 }
 
 int dec_ctas_per_sm(int dtype, size_t smem) {

@@ -19,14 +19,20 @@
 
 namespace {
 
-// 256 threads; at most 128 registers so that two CTAs fit on an SM. Tried
-// on an H100 (benchmarks/RESULTS.md (f)): decode at three CTAs per SM (80
-// registers) was 7-12% faster for bf16 from 64 MiB up but about 25%
-// slower at 16 MiB (probably the uneven last wave: 512 blocks on 396
-// CTAs); encode at four (64 registers) was 4-7% faster, measured only
-// together with a shared-memory carveout that cost decode.
+// 256 threads. Decode: at most 128 registers so that two CTAs fit on an
+// SM (at three, 80 registers, it spilled and lost: benchmarks/RESULTS.md
+// (f2)). Encode of 8- and 16-bit types: four CTAs per SM (64 registers, 8
+// bytes of spills at most), whose warps cover each other's waits at the
+// window and the look-back: 4 to 24 % faster than two on an H100 from 64
+// MiB up (RESULTS.md (f3)). float32's encode spills 80 or 208 bytes at 80
+// or 64 registers and loses 22 to 45 %, so it keeps two.
 template <int DT>
-__global__ void __launch_bounds__(zc::kThreads, 2) k_encode(const __grid_constant__ zc::EncParams p) {
+constexpr int enc_ctas_per_sm() {
+  return zc::fmt_of(DT).size == 4 ? 2 : 4;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(zc::kThreads, enc_ctas_per_sm<DT>()) k_encode(const __grid_constant__ zc::EncParams p) {
   zc::encode_cta<DT>(p);
 }
 

@@ -955,6 +955,61 @@ ZC_UNROLL
   }
 }
 
+// The element loop of fast_decode_unit. FEW: every escaped field of the
+// thread is among the 8 preloaded in e0:e1 (checked there), so an escape
+// is a select, not a branch: a per-element branch that some lanes take
+// costs the whole warp a convergence barrier per element.
+template <int DT, bool FEW>
+ZC_HD ZC_INLINE void fast_decode_elems(const FastIn<DT>& in, const uint32_t* em, uint32_t e0, uint32_t e1, uint32_t base,
+                                       uint32_t cnt, const uint8_t* esc, Window win, uint32_t ft0, uint32_t ft1,
+                                       const uint32_t* crc_t, uint8_t* dst, uint32_t& crc, bool& overrun,
+                                       bool& badval) {
+  constexpr Fmt F = fmt_of(DT);
+  constexpr int SZ = F.size;
+  constexpr int V = 16 / SZ;  // elements per 16-byte store
+  uint32_t used = 0;
+ZC_UNROLL
+  for (int k = 0; k < 2; k++) {
+ZC_UNROLL
+    for (int v = 0; v < 32 / V; v++) {
+      uint32_t wd[4] = {0, 0, 0, 0};
+ZC_UNROLL
+      for (int e = 0; e < V; e++) {
+        const int i = v * V + e;     // element in the group
+        const int x = 32 * k + i;    // element among the thread's 64
+        const uint32_t code = ((in.pw[0][k] >> i) & 1u) | ((in.pw[1][k] >> i) & 1u) << 1 | ((in.pw[2][k] >> i) & 1u) << 2;
+        uint32_t field = byte_of(ft0, ft1, code);
+        if (FEW) {  // branch-free: every escape of this thread is preloaded
+          const uint32_t eb = (em[k] >> i) & 1u;
+          field = eb ? byte_of(e0, e1, used) : field;
+          used += eb;
+        } else if ((em[k] >> i) & 1u) {
+          if (used < 8) {
+            field = byte_of(e0, e1, used);
+          } else if (base + used < cnt) {
+            field = esc[base + used];
+            if (!escape_valid(F, win, field)) badval = true;
+          } else {
+            overrun = true;
+            field = 0;
+          }
+          used++;
+        }
+        uint32_t q = 0;
+ZC_UNROLL
+        for (int j = 0; j < F.nq; j++) q |= ((in.qw[j][k] >> i) & 1u) << F.q[j];
+        const uint32_t r8 = F.r8 ? (u4_word(in.r8[x / 16], (x / 4) % 4) >> (8 * (x % 4))) & 0xFFu : 0u;
+        const uint32_t r16 = F.r16 ? (u4_word(in.r16[x / 8], (x / 2) % 4) >> (16 * (x % 2))) & 0xFFFFu : 0u;
+        wd[(e * SZ) / 4] |= elem_assemble(F, field & max_field(F), r8, r16, q) << (8 * ((e * SZ) % 4));
+      }
+ZC_UNROLL
+      for (int j = 0; j < 4; j++) crc = crc_update_word(crc_t, crc, wd[j]);
+      const U4 out = {wd[0], wd[1], wd[2], wd[3]};
+      st16(dst + (int64_t)(32 * k + v * V) * SZ, out);
+    }
+  }
+}
+
 // Decodes the block whose static record is rec into block_dst, and checks
 // it as phases C and D of decode_cta do.
 template <int DT>
@@ -962,7 +1017,6 @@ ZC_HD void fast_decode_unit(const uint8_t* rec, const SrcState& ss, uint8_t* blo
                             int64_t u, DecSmemHead& sm) {
   constexpr Fmt F = fmt_of(DT);
   constexpr int SZ = F.size;
-  constexpr int V = 16 / SZ;  // elements per 16-byte store
   const unsigned ln = lane();
   FastIn<DT> in = {};
   fast_load<DT>(in, rec);
@@ -995,42 +1049,11 @@ ZC_UNROLL
     }
   }
   const uint32_t ft0 = ss.ftab[0], ft1 = ss.ftab[1];
-  uint32_t crc = 0, used = 0;
-ZC_UNROLL
-  for (int k = 0; k < 2; k++) {
-ZC_UNROLL
-    for (int v = 0; v < 32 / V; v++) {
-      uint32_t wd[4] = {0, 0, 0, 0};
-ZC_UNROLL
-      for (int e = 0; e < V; e++) {
-        const int i = v * V + e;     // element in the group
-        const int x = 32 * k + i;    // element among the thread's 64
-        const uint32_t code = ((in.pw[0][k] >> i) & 1u) | ((in.pw[1][k] >> i) & 1u) << 1 | ((in.pw[2][k] >> i) & 1u) << 2;
-        uint32_t field = byte_of(ft0, ft1, code);
-        if ((em[k] >> i) & 1u) {
-          if (used < 8) {
-            field = byte_of(e0, e1, used);
-          } else if (base + used < cnt) {
-            field = esc[base + used];
-            if (!escape_valid(F, win, field)) badval = true;
-          } else {
-            overrun = true;
-            field = 0;
-          }
-          used++;
-        }
-        uint32_t q = 0;
-ZC_UNROLL
-        for (int j = 0; j < F.nq; j++) q |= ((in.qw[j][k] >> i) & 1u) << F.q[j];
-        const uint32_t r8 = F.r8 ? (u4_word(in.r8[x / 16], (x / 4) % 4) >> (8 * (x % 4))) & 0xFFu : 0u;
-        const uint32_t r16 = F.r16 ? (u4_word(in.r16[x / 8], (x / 2) % 4) >> (16 * (x % 2))) & 0xFFFFu : 0u;
-        wd[(e * SZ) / 4] |= elem_assemble(F, field & max_field(F), r8, r16, q) << (8 * ((e * SZ) % 4));
-      }
-ZC_UNROLL
-      for (int j = 0; j < 4; j++) crc = crc_update_word(sm.crc_t, crc, wd[j]);
-      const U4 out = {wd[0], wd[1], wd[2], wd[3]};
-      st16(dst + (int64_t)(32 * k + v * V) * SZ, out);
-    }
+  uint32_t crc = 0;
+  if (SZ <= 2 && mine <= 8) {  // float32: slower this way on an H100 (RESULTS.md (f3))
+    fast_decode_elems<DT, true>(in, em, e0, e1, base, cnt, esc, win, ft0, ft1, sm.crc_t, dst, crc, overrun, badval);
+  } else {
+    fast_decode_elems<DT, false>(in, em, e0, e1, base, cnt, esc, win, ft0, ft1, sm.crc_t, dst, crc, overrun, badval);
   }
   if (ballot(overrun) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_OVERRUN);
   if (ballot(badval) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_VALUE);

@@ -43,7 +43,9 @@ STATUS_NAMES = {
     6: "checksum", 7: "version", 8: "size", 9: "dtype", 10: "kind", 11: "nomem",
 }
 _NAMES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
-          "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
+          "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32,
+          "float8_e4m3fn": torch.float8_e4m3fn, "e4m3": torch.float8_e4m3fn,
+          "float8_e5m2": torch.float8_e5m2, "e5m2": torch.float8_e5m2}
 
 
 def find_library() -> Optional[str]:
@@ -256,7 +258,8 @@ class KernelLib:
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes-mib", default="1,16,64,256", help="tensor sizes in MiB (default 1,16,64,256)")
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
+    p.add_argument("--dtype", default="bfloat16",
+                   help="bfloat16 (default), float16, float32, float8_e4m3fn or float8_e5m2")
     p.add_argument("--sigma", type=float, default=0.02, help="std of the Gaussian data (default 0.02)")
     p.add_argument("--sources", type=int, default=4, help="frames reduced by decode+reduce (default 4)")
     p.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (default 20)")
