@@ -955,19 +955,47 @@ ZC_UNROLL
   }
 }
 
-// The element loop of fast_decode_unit. FEW: every escaped field of the
-// thread is among the 8 preloaded in e0:e1 (checked there), so an escape
-// is a select, not a branch: a per-element branch that some lanes take
-// costs the whole warp a convergence barrier per element.
-template <int DT, bool FEW>
-ZC_HD ZC_INLINE void fast_decode_elems(const FastIn<DT>& in, const uint32_t* em, uint32_t e0, uint32_t e1, uint32_t base,
+// Escaped fields from, at most 8 of them, of a thread whose mine escapes
+// start at base in the block's escape list: a byte each in e0:e1, checked
+// as they are read (never past the block's count, never a field the
+// window codes).
+template <int DT>
+ZC_HD ZC_INLINE void load_escapes(const uint8_t* esc, uint32_t base, uint32_t from, uint32_t mine, uint32_t cnt,
+                                  Window win, uint32_t& e0, uint32_t& e1, bool& overrun, bool& badval) {
+  e0 = e1 = 0;
+  for (uint32_t j = 0; j < 8 && from + j < mine; j++) {
+    uint32_t f = 0;
+    if (base + from + j < cnt) {
+      f = esc[base + from + j];
+      if (!escape_valid(fmt_of(DT), win, f)) badval = true;
+    } else {
+      overrun = true;
+    }
+    if (j < 4) {
+      e0 |= f << (8 * j);
+    } else {
+      e1 |= f << (8 * (j - 4));
+    }
+  }
+}
+
+// The element loop of fast_decode_unit. Escaped fields come from a window
+// of 8 preloaded in e0:e1, so an escape is a select, not a branch (a
+// per-element branch that some lanes take costs the whole warp a
+// convergence barrier per element). Every 8 elements the warp checks that
+// each lane's window holds that stretch's escapes; a lane past it reloads
+// (rare: more than 8 escapes among a thread's 64 elements).
+template <int DT>
+ZC_HD ZC_INLINE void fast_decode_elems(const FastIn<DT>& in, const uint32_t* em, uint32_t mine, uint32_t base,
                                        uint32_t cnt, const uint8_t* esc, Window win, uint32_t ft0, uint32_t ft1,
                                        const uint32_t* crc_t, uint8_t* dst, uint32_t& crc, bool& overrun,
                                        bool& badval) {
   constexpr Fmt F = fmt_of(DT);
   constexpr int SZ = F.size;
   constexpr int V = 16 / SZ;  // elements per 16-byte store
-  uint32_t used = 0;
+  uint32_t e0, e1;
+  load_escapes<DT>(esc, base, 0, mine, cnt, win, e0, e1, overrun, badval);
+  uint32_t used = 0, wb = 0;  // escapes taken; the escape number of e0's first byte
 ZC_UNROLL
   for (int k = 0; k < 2; k++) {
 ZC_UNROLL
@@ -977,24 +1005,19 @@ ZC_UNROLL
       for (int e = 0; e < V; e++) {
         const int i = v * V + e;     // element in the group
         const int x = 32 * k + i;    // element among the thread's 64
-        const uint32_t code = ((in.pw[0][k] >> i) & 1u) | ((in.pw[1][k] >> i) & 1u) << 1 | ((in.pw[2][k] >> i) & 1u) << 2;
-        uint32_t field = byte_of(ft0, ft1, code);
-        if (FEW) {  // branch-free: every escape of this thread is preloaded
-          const uint32_t eb = (em[k] >> i) & 1u;
-          field = eb ? byte_of(e0, e1, used) : field;
-          used += eb;
-        } else if ((em[k] >> i) & 1u) {
-          if (used < 8) {
-            field = byte_of(e0, e1, used);
-          } else if (base + used < cnt) {
-            field = esc[base + used];
-            if (!escape_valid(F, win, field)) badval = true;
-          } else {
-            overrun = true;
-            field = 0;
+        if (i % 8 == 0) {
+          const bool need = used + popc((em[k] >> i) & 0xFFu) > wb + 8;
+          if (ballot(need) != 0) {
+            if (need) {
+              wb = used;
+              load_escapes<DT>(esc, base, used, mine, cnt, win, e0, e1, overrun, badval);
+            }
           }
-          used++;
         }
+        const uint32_t code = ((in.pw[0][k] >> i) & 1u) | ((in.pw[1][k] >> i) & 1u) << 1 | ((in.pw[2][k] >> i) & 1u) << 2;
+        const uint32_t eb = (em[k] >> i) & 1u;
+        const uint32_t field = eb ? byte_of(e0, e1, used - wb) : byte_of(ft0, ft1, code);
+        used += eb;
         uint32_t q = 0;
 ZC_UNROLL
         for (int j = 0; j < F.nq; j++) q |= ((in.qw[j][k] >> i) & 1u) << F.q[j];
@@ -1032,29 +1055,8 @@ ZC_UNROLL
   const uint32_t cnt = ss.cnt;
   const uint8_t* esc = ss.dyn + ss.prefix;  // phase B checked prefix + cnt <= dyn_len
   bool overrun = false, badval = false;
-  // the first 8 escaped fields, a byte each (more are read where used)
-  uint32_t e0 = 0, e1 = 0;
-  for (uint32_t j = 0; j < mine && j < 8; j++) {
-    uint32_t f = 0;
-    if (base + j < cnt) {
-      f = esc[base + j];
-      if (!escape_valid(F, win, f)) badval = true;
-    } else {
-      overrun = true;
-    }
-    if (j < 4) {
-      e0 |= f << (8 * j);
-    } else {
-      e1 |= f << (8 * (j - 4));
-    }
-  }
-  const uint32_t ft0 = ss.ftab[0], ft1 = ss.ftab[1];
   uint32_t crc = 0;
-  if (SZ <= 2 && mine <= 8) {  // float32: slower this way on an H100 (RESULTS.md (f3))
-    fast_decode_elems<DT, true>(in, em, e0, e1, base, cnt, esc, win, ft0, ft1, sm.crc_t, dst, crc, overrun, badval);
-  } else {
-    fast_decode_elems<DT, false>(in, em, e0, e1, base, cnt, esc, win, ft0, ft1, sm.crc_t, dst, crc, overrun, badval);
-  }
+  fast_decode_elems<DT>(in, em, mine, base, cnt, esc, win, ss.ftab[0], ss.ftab[1], sm.crc_t, dst, crc, overrun, badval);
   if (ballot(overrun) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_OVERRUN);
   if (ballot(badval) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_VALUE);
   const CrcAcc acc = {crc, 0, 0};
