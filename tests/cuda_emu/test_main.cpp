@@ -343,6 +343,47 @@ void test_flips(const std::map<std::string, Bytes>& g, std::map<std::string, Cod
   printf("     corruption verdicts: %d flips, error class identical to Go's for %d\n", total, same_class);
 }
 
+// An escape byte that holds a field the window codes (or one beyond the
+// format) is corrupt: the decoder must say so, not just fail the block's
+// CRC. Block 0's first escape is overwritten, in the direct path (aligned
+// frame) and the tiled path (misaligned), for the cases that have one.
+void test_escape_values(std::map<std::string, CodecCase>& cases) {
+  const char* names[] = {"bf16_wide_block", "bf16_gauss_5blocks", "fp32_special_block", "e5m2_gauss_block"};
+  for (const char* name : names) {
+    auto it = cases.find(name);
+    if (it == cases.end() || !want(name)) continue;
+    const CodecCase& c = it->second;
+    const Bytes& frame = c.frames[0];
+    const zc::Fmt f = zc::fmt_of(c.dtype);
+    if (frame[5] != zc::KIND_ZIP3) continue;
+    const zc::Plan pl = zc::plan_of(f, zc::KIND_ZIP3, c.counts[0]);
+    const size_t idx = zc::kHeaderLen, dyn = zc::kHeaderLen + (size_t)pl.static_len;
+    if (zc::get_u32(&frame[idx + 4]) == 0) continue;  // block 0 has no escape
+    const zc::Window win = {frame[idx + 8], frame[idx + 9]};
+    // a field the window codes; for a format narrower than a byte, also one beyond it
+    std::vector<uint8_t> values = {(uint8_t)zc::field_of(win, 2)};
+    if (zc::max_field(f) < 255) values.push_back(0xFF);
+    for (uint8_t v : values) {
+      for (size_t mis : {(size_t)0, (size_t)4}) {
+        Bytes bad = frame;
+        bad[dyn] = v;
+        DevBuf in(bad.size(), mis);
+        memcpy(in.p, bad.data(), bad.size());
+        int64_t off = 0, cap = (int64_t)bad.size(), cnt = c.counts[0];
+        DevBuf dst((size_t)cnt * f.size + 1);
+        int64_t wsn = zccl_decode_workspace_size(c.dtype, &cnt, 1);
+        DevBuf ws((size_t)wsn);
+        char msg[256] = "";
+        zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, &off, &cap, &cnt, 1, dst.p, ws.p, wsn, nullptr, 0);
+        zccl_status ks = st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
+        check(ks == ZCCL_ERR_CORRUPT && strstr(msg, "escape holds") != nullptr,
+              std::string(name) + ": escape byte " + std::to_string(v) + (mis ? " (tiled path)" : "") +
+                  " rejected as an escape value, got " + class_of(ks) + " (" + msg + ")");
+      }
+    }
+  }
+}
+
 void test_api() {
   // argument checking, sizes, unsupported kinds
   int64_t cnt = 100;
@@ -461,6 +502,7 @@ int main(int argc, char** argv) {
     }
   }
   test_flips(g, cases);
+  test_escape_values(cases);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const zc_emu::Stats& s = zc_emu::stats();
   printf("cuda_emu: %llu launches, %llu blocks, %llu warp intrinsics, %llu barriers, %.1f s\n",
