@@ -25,7 +25,7 @@ namespace {
 // bytes of spills at most), whose warps cover each other's waits at the
 // window and the look-back: 4 to 24 % faster than two on an H100 from 64
 // MiB up (RESULTS.md (f3)). float32's encode spills 80 or 208 bytes at 80
-// or 64 registers and loses 22 to 45 %, so it keeps two.
+// or 64 registers and loses 15 to 45 %, so it keeps two.
 template <int DT>
 constexpr int enc_ctas_per_sm() {
   return zc::fmt_of(DT).size == 4 ? 2 : 4;

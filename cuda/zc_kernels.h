@@ -561,7 +561,7 @@ ZC_HD void encode_cta(const EncParams& P) {
     if (w == 0) {
       const int64_t S = n < kSamples ? n : kSamples;
       const uint32_t mag = (uint32_t)(((uint64_t)1 << (F.exp_shift + F.exp_bits)) - 1);
-      uint32_t m[2] = {0, 0};
+      uint32_t m[2] = {mag, mag};  // no sample: the all-ones field, which the rule skips
 ZC_UNROLL
       for (int h = 0; h < 2; h++) {
         const int64_t k = ln + 32 * h;
@@ -573,7 +573,6 @@ ZC_UNROLL
 ZC_UNROLL
       for (int h = 0; h < 2; h++) {
         const uint32_t field = m[h] >> F.exp_shift;
-        if (ln + 32 * h >= (unsigned)S) continue;
         if (field == 0) {
           cnts += 1u << 16;
         } else if (field < max_field(F)) {
