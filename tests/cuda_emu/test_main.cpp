@@ -384,6 +384,42 @@ void test_escape_values(std::map<std::string, CodecCase>& cases) {
   }
 }
 
+// Bytes 10 to 15 of an index entry are reserved (0): each one set alone
+// must be reported as such, for the first and the last block, with the
+// entry aligned (read in one load) and misaligned (read bytewise).
+void test_index_reserved(std::map<std::string, CodecCase>& cases) {
+  const char* names[] = {"bf16_gauss_5blocks", "fp32_special_block"};
+  for (const char* name : names) {
+    auto it = cases.find(name);
+    if (it == cases.end() || !want(name)) continue;
+    const CodecCase& c = it->second;
+    const Bytes& frame = c.frames[0];
+    const zc::Fmt f = zc::fmt_of(c.dtype);
+    if (frame[5] != zc::KIND_ZIP3) continue;
+    const zc::Plan pl = zc::plan_of(f, zc::KIND_ZIP3, c.counts[0]);
+    for (int64_t b : {(int64_t)0, pl.nblocks - 1}) {
+      for (size_t k = 10; k < 16; k++) {
+        for (size_t mis : {(size_t)0, (size_t)4}) {
+          Bytes bad = frame;
+          bad[zc::kHeaderLen + (size_t)(zc::kIndexEntry * b) + k] = 0x10;
+          DevBuf in(bad.size(), mis);
+          memcpy(in.p, bad.data(), bad.size());
+          int64_t off = 0, cap = (int64_t)bad.size(), cnt = c.counts[0];
+          DevBuf dst((size_t)cnt * f.size + 1);
+          int64_t wsn = zccl_decode_workspace_size(c.dtype, &cnt, 1);
+          DevBuf ws((size_t)wsn);
+          char msg[256] = "";
+          zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, &off, &cap, &cnt, 1, dst.p, ws.p, wsn, nullptr, 0);
+          zccl_status ks = st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
+          check(ks == ZCCL_ERR_CORRUPT && strstr(msg, "reserved index bytes") != nullptr,
+                std::string(name) + ": block " + std::to_string(b) + " index byte " + std::to_string(k) +
+                    (mis ? " (misaligned)" : "") + " rejected as reserved, got " + class_of(ks) + " (" + msg + ")");
+        }
+      }
+    }
+  }
+}
+
 void test_api() {
   // argument checking, sizes, unsupported kinds
   int64_t cnt = 100;
@@ -503,6 +539,7 @@ int main(int argc, char** argv) {
   }
   test_flips(g, cases);
   test_escape_values(cases);
+  test_index_reserved(cases);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const zc_emu::Stats& s = zc_emu::stats();
   printf("cuda_emu: %llu launches, %llu blocks, %llu warp intrinsics, %llu barriers, %.1f s\n",
