@@ -458,22 +458,29 @@ ZC_UNROLL
   for (int i = 0; i < 4 * fmt_of(DT).size; i++) in.d[i] = ld16(src + 16 * i);
 }
 
-// Codes this thread's elements into rec; returns the raw CRC of its bytes
-// and its escape count in *nesc. Needs sm.ctab.
+// Raw CRC of this thread's bytes (combined with CrcConsts::kb).
 template <int DT>
-ZC_HD uint32_t fast_encode_unit(const FastEncIn<DT>& in, uint8_t* rec, EncSmem& sm, uint32_t* nesc) {
+ZC_HD ZC_INLINE uint32_t fast_enc_crc(const FastEncIn<DT>& in, const uint32_t* t) {
+  uint32_t crc = 0;
+ZC_UNROLL
+  for (int i = 0; i < 4 * fmt_of(DT).size; i++) {
+    crc = crc_update_word(t, crc, in.d[i].x);
+    crc = crc_update_word(t, crc, in.d[i].y);
+    crc = crc_update_word(t, crc, in.d[i].z);
+    crc = crc_update_word(t, crc, in.d[i].w);
+  }
+  return crc;
+}
+
+// Codes this thread's elements into rec; returns its escape count. Needs
+// sm.ctab.
+template <int DT>
+ZC_HD uint32_t fast_encode_unit(const FastEncIn<DT>& in, uint8_t* rec, EncSmem& sm) {
   constexpr Fmt F = fmt_of(DT);
   constexpr int SZ = F.size;
   const Zip3Layout L = zip3_layout(F, kZip3Block);
   uint8_t* esc = sm.esc + kFastElems * tid();
-  uint32_t crc = 0, m = 0;
-ZC_UNROLL
-  for (int i = 0; i < 4 * SZ; i++) {
-    crc = crc_update_word(sm.crc_t, crc, in.d[i].x);
-    crc = crc_update_word(sm.crc_t, crc, in.d[i].y);
-    crc = crc_update_word(sm.crc_t, crc, in.d[i].z);
-    crc = crc_update_word(sm.crc_t, crc, in.d[i].w);
-  }
+  uint32_t m = 0;
 ZC_UNROLL
   for (int k = 0; k < 2; k++) {
     uint32_t pw[3] = {0, 0, 0}, qw[4] = {0, 0, 0, 0};
@@ -516,8 +523,7 @@ ZC_UNROLL
       st16(rec + L.r8 + (int64_t)kFastElems * tid() + 32 * k + 16, b);
     }
   }
-  *nesc = m;
-  return crc;
+  return m;
 }
 
 // Encodes zip3 blocks (persistent CTAs; grid size is free).
@@ -599,7 +605,7 @@ ZC_UNROLL
     if (fast) {
       sm.ctab[tid()] = (uint8_t)code_of(win, tid());
       sync();
-      crc.full = fast_encode_unit<DT>(fin, rec, sm, &fnesc);
+      fnesc = fast_encode_unit<DT>(fin, rec, sm);
       uint32_t total;
       fbase = cta_exclusive_scan(fnesc, sm.warp_cnt, &total);
       if (tid() == 0) sm.esc_total = total;
@@ -680,10 +686,12 @@ ZC_UNROLL
       sync();
       if (tid() == 0) sm.esc_total += tile_total;
     }
-    // this block's escape count, published before the CRC is combined so
-    // that the successors' look-backs find it sooner
+    // this block's escape count, published before the direct path's CRC is
+    // computed and the CRC combined, so that the successors' look-backs
+    // find it sooner
     uint64_t* states = P.states + P.unit0[c];
     if (tid() == 0) lookback_publish(states, b, sm.esc_total);
+    if (fast) crc.full = fast_enc_crc<DT>(fin, sm.crc_t);
     const uint32_t bcrc = crc_block(crc, kcrc, TB, n * SZ, (int64_t)kZip3Block * SZ, fin_full, sm.red);
     const uint32_t cnt = sm.esc_total;
 
@@ -857,7 +865,7 @@ struct SrcState {
   // field_of(window, c) for c = 0..7, a byte each (code 0, the escape, as
   // code 1: its field comes from the escape list); read with byte_of.
   uint32_t ftab[2];
-  uint32_t idx_rsv;  // OR of the index entry's reserved bytes (must be 0)
+  uint32_t idx_rsv;  // nonzero unless the index entry's reserved bytes are all 0
   int32_t parsed;    // 1 + the source slot whose frame header kind/st/dyn hold, or 0
 };
 
@@ -1170,17 +1178,25 @@ ZC_HD void decode_cta(const DecParams& P) {
         ss.full_len = pl.full_len;
       }
       if (ss.kind == KIND_ZIP3) {
+        // the entry in one load where it is aligned: this thread's latency
+        // is the whole CTA's
         const uint8_t* idx = ss.st + kIndexEntry * u;
-        ss.crc = get_u32(idx);
-        ss.cnt = get_u32(idx + 4);
-        ss.win_mode = idx[8];
-        ss.win_base = idx[9];
-        ss.idx_rsv = (uint32_t)idx[10] | idx[11] | idx[12] | idx[13] | idx[14] | idx[15];
+        U4 e;
+        if (align_of(idx) == 16) {
+          e = ld16(idx);
+        } else {
+          e = {get_u32(idx), get_u32(idx + 4), get_u32(idx + 8), get_u32(idx + 12)};
+        }
+        uint64_t* states = P.states + (reduce ? (int64_t)r * units : P.unit0[c]);
+        lookback_publish(states, u, e.y);
+        ss.crc = e.x;
+        ss.cnt = e.y;
+        ss.win_mode = e.z & 0xFFu;
+        ss.win_base = (e.z >> 8) & 0xFFu;
+        ss.idx_rsv = (e.z >> 16) | e.w;
         const Window win = {ss.win_mode, ss.win_base};
         ss.ftab[0] = ss.ftab[1] = 0;
         for (uint32_t k = 0; k < 8; k++) ss.ftab[k >> 2] |= (field_of(win, k == 0 ? 1u : k) & 0xFFu) << (8 * (k & 3));
-        uint64_t* states = P.states + (reduce ? (int64_t)r * units : P.unit0[c]);
-        lookback_publish(states, u, ss.cnt);
       }
     }
     sync();
@@ -1193,6 +1209,14 @@ ZC_HD void decode_cta(const DecParams& P) {
         uint64_t pre = lookback_prefix(states, u, sm.s[r].cnt);
         if (ln == 0) sm.s[r].prefix = pre;
       }
+    } else if (SZ < 4 && fast && sm.s[0].kind == KIND_ZIP3) {
+      // meanwhile the other warps pull into L2 the static record that the
+      // direct path reads next (a frame's header was checked to hold it).
+      // Not for float32: it spills 16 bytes that way and loses 2 to 3 %.
+      const Plan zp = plan_of(F, KIND_ZIP3, numel);
+      const uint8_t* rec = sm.s[0].st + zp.index_len + u * zp.full_len;
+      for (int64_t off = ((int64_t)tid() - 32) * 128; off < zp.full_len; off += (kThreads - 32) * 128)
+        prefetch_l2(rec + off);
     }
     sync();
     for (int r = 0; r < nsrc; r++) {
