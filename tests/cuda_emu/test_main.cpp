@@ -343,6 +343,21 @@ void test_flips(const std::map<std::string, Bytes>& g, std::map<std::string, Cod
   printf("     corruption verdicts: %d flips, error class identical to Go's for %d\n", total, same_class);
 }
 
+// Decodes the one-chunk frame bad of case c from a buffer offset by mis
+// bytes (4: the tiled path, and a misaligned index); returns the verdict
+// and the workspace's message in msg.
+zccl_status decode_corrupted(const CodecCase& c, const Bytes& bad, size_t mis, char (&msg)[256]) {
+  DevBuf in(bad.size(), mis);
+  memcpy(in.p, bad.data(), bad.size());
+  int64_t off = 0, cap = (int64_t)bad.size(), cnt = c.counts[0];
+  DevBuf dst((size_t)cnt * zc::fmt_of(c.dtype).size + 1);
+  int64_t wsn = zccl_decode_workspace_size(c.dtype, &cnt, 1);
+  DevBuf ws((size_t)wsn);
+  msg[0] = 0;
+  zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, &off, &cap, &cnt, 1, dst.p, ws.p, wsn, nullptr, 0);
+  return st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
+}
+
 // An escape byte that holds a field the window codes (or one beyond the
 // format) is corrupt: the decoder must say so, not just fail the block's
 // CRC. Block 0's first escape is overwritten, in the direct path (aligned
@@ -367,15 +382,8 @@ void test_escape_values(std::map<std::string, CodecCase>& cases) {
       for (size_t mis : {(size_t)0, (size_t)4}) {
         Bytes bad = frame;
         bad[dyn] = v;
-        DevBuf in(bad.size(), mis);
-        memcpy(in.p, bad.data(), bad.size());
-        int64_t off = 0, cap = (int64_t)bad.size(), cnt = c.counts[0];
-        DevBuf dst((size_t)cnt * f.size + 1);
-        int64_t wsn = zccl_decode_workspace_size(c.dtype, &cnt, 1);
-        DevBuf ws((size_t)wsn);
-        char msg[256] = "";
-        zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, &off, &cap, &cnt, 1, dst.p, ws.p, wsn, nullptr, 0);
-        zccl_status ks = st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
+        char msg[256];
+        const zccl_status ks = decode_corrupted(c, bad, mis, msg);
         check(ks == ZCCL_ERR_CORRUPT && strstr(msg, "escape holds") != nullptr,
               std::string(name) + ": escape byte " + std::to_string(v) + (mis ? " (tiled path)" : "") +
                   " rejected as an escape value, got " + class_of(ks) + " (" + msg + ")");
@@ -394,23 +402,15 @@ void test_index_reserved(std::map<std::string, CodecCase>& cases) {
     if (it == cases.end() || !want(name)) continue;
     const CodecCase& c = it->second;
     const Bytes& frame = c.frames[0];
-    const zc::Fmt f = zc::fmt_of(c.dtype);
     if (frame[5] != zc::KIND_ZIP3) continue;
-    const zc::Plan pl = zc::plan_of(f, zc::KIND_ZIP3, c.counts[0]);
+    const zc::Plan pl = zc::plan_of(zc::fmt_of(c.dtype), zc::KIND_ZIP3, c.counts[0]);
     for (int64_t b : {(int64_t)0, pl.nblocks - 1}) {
       for (size_t k = 10; k < 16; k++) {
         for (size_t mis : {(size_t)0, (size_t)4}) {
           Bytes bad = frame;
           bad[zc::kHeaderLen + (size_t)(zc::kIndexEntry * b) + k] = 0x10;
-          DevBuf in(bad.size(), mis);
-          memcpy(in.p, bad.data(), bad.size());
-          int64_t off = 0, cap = (int64_t)bad.size(), cnt = c.counts[0];
-          DevBuf dst((size_t)cnt * f.size + 1);
-          int64_t wsn = zccl_decode_workspace_size(c.dtype, &cnt, 1);
-          DevBuf ws((size_t)wsn);
-          char msg[256] = "";
-          zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, &off, &cap, &cnt, 1, dst.p, ws.p, wsn, nullptr, 0);
-          zccl_status ks = st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
+          char msg[256];
+          const zccl_status ks = decode_corrupted(c, bad, mis, msg);
           check(ks == ZCCL_ERR_CORRUPT && strstr(msg, "reserved index bytes") != nullptr,
                 std::string(name) + ": block " + std::to_string(b) + " index byte " + std::to_string(k) +
                     (mis ? " (misaligned)" : "") + " rejected as reserved, got " + class_of(ks) + " (" + msg + ")");
