@@ -764,6 +764,11 @@ ZC_HD void fallback_cta(const EncParams& P) {
   constexpr int CB = TB / kThreads;
   constexpr int CLS = size_class(SZ);
   static_assert(CB == 8 << CLS, "chunk per thread");
+  // Most launches find no chunk to rewrite and none empty: they leave
+  // before loading the CRC tables (same answer in every thread).
+  bool work = false;
+  for (int c = 0; c < P.nchunks && !work; c++) work = P.ch[c].numel == 0 || (!P.split && P.flags[c] != 0);
+  if (!work) return;
   FbSmem& sm = *reinterpret_cast<FbSmem*>(smem());
   crc_init_tables(sm.crc_t, sm.crc_s, P.crc, CLS);
   if (bid() == 0 && tid() == 0) {
