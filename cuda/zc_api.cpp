@@ -297,8 +297,7 @@ zccl_status encode_common(zccl_ctx* ctx, int dtype, const void* src, const int64
     p.ticket = (uint32_t*)(w + b.off);
     p.states = (uint64_t*)(w + b.off + 128);
     p.flags = (uint32_t*)(w + b.off + 128 + a128(b.units * 8));
-    const int per_sm = zc_backend::enc_ctas_per_sm(dtype);
-    if (per_sm < 0) return backend_fail();
+    const int per_sm = ctx->info.enc_ctas_per_sm[dtype];
     if (b.units > 0) {
       int grid = grid_for(b.units, ctx->info.sm_count, per_sm);
       if (zc_backend::launch_encode(dtype, p, grid, stream) != 0) return backend_fail();

@@ -14,7 +14,10 @@ namespace zc_backend {
 
 struct DeviceInfo {
   int sm_count;
+  int enc_ctas_per_sm[16];  // resident CTAs of each coded dtype's encode kernel, by dtype code
 };
+static_assert(zc::DT_F32 < 16 && zc::DT_BF16 < 16 && zc::DT_F16 < 16 && zc::DT_E4M3 < 16 && zc::DT_E5M2 < 16,
+              "DeviceInfo::enc_ctas_per_sm is indexed by dtype code");
 
 // Every function returns 0 on success, or non-zero after storing a message
 // with set_error.
@@ -30,7 +33,6 @@ int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t s);
 int dec_ctas_per_sm(int dtype, size_t smem);  // occupancy for a given shared-memory size
-int enc_ctas_per_sm(int dtype);               // of the dtype's encode kernel
 const char* build_info();
 
 void set_error(const char* fmt, ...);

@@ -58,6 +58,13 @@ int device_info(int device, DeviceInfo* info) {
   cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return cuda_fail(e, "cudaDeviceGetAttribute");
   info->sm_count = sms;
+  // encode occupancy depends on the dtype only: asked once here, not per call
+  for (int dt : {zc::DT_F32, zc::DT_BF16, zc::DT_F16, zc::DT_E4M3, zc::DT_E5M2}) {
+    int n = 0;
+    e = dispatch(dt, [&](auto d) { return zc_launch::occupancy<decltype(d)::value>(0, 0, &n); });
+    if (e != cudaSuccess) return cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    info->enc_ctas_per_sm[dt] = n < 1 ? 1 : n;
+  }
   return 0;
 }
 
@@ -104,16 +111,6 @@ int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl
   cudaError_t e =
       dispatch(dtype, [&](auto dt) { return zc_launch::decode<decltype(dt)::value>(p, grid, smem, (cudaStream_t)s); });
   return e == cudaSuccess ? 0 : cuda_fail(e, "decode kernel launch");
-}
-
-int enc_ctas_per_sm(int dtype) {
-  int n = 0;
-  cudaError_t e = dispatch(dtype, [&](auto dt) { return zc_launch::occupancy<decltype(dt)::value>(0, 0, &n); });
-  if (e != cudaSuccess) {
-    cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    return -1;
-  }
-  return n < 1 ? 1 : n;
 }
 
 int dec_ctas_per_sm(int dtype, size_t smem) {

@@ -196,8 +196,8 @@ func cudaCodecCases() []cudaCodecCase {
 		{"e4m3_special_block", e4, "special:8", 24, []int{1<<zip3BlockLog + 100}},
 		{"e5m2_gauss_block", e5, "gauss:15", 25, []int{2 << zip3BlockLog}},
 		{"fp32_special_block", f32, "special:127", 26, []int{1 << zip3BlockLog}},
-		// several full blocks per chunk: CTAs take tickets ahead and
-		// prefetch the next block (a chunk boundary in the last case)
+		// several full blocks per chunk, so that the look-back runs across
+		// blocks coded by different CTAs (a chunk boundary in the last case)
 		{"bf16_gauss_5blocks", bf, "gauss:120", 27, []int{5<<zip3BlockLog + 300}},
 		{"fp16_gauss_4blocks", f16, "gauss:14", 28, []int{4<<zip3BlockLog + 1}},
 		{"fp32_gauss_4blocks", f32, "gauss:120", 29, []int{4 << zip3BlockLog}},

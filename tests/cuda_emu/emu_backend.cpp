@@ -23,6 +23,7 @@ int device_info(int device, DeviceInfo* info) {
     return 1;
   }
   info->sm_count = g_sms;
+  for (int& n : info->enc_ctas_per_sm) n = 1;
   return 0;
 }
 
@@ -86,8 +87,6 @@ int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl
 }
 
 int dec_ctas_per_sm(int, size_t) { return 1; }
-
-int enc_ctas_per_sm(int) { return 1; }
 
 const char* build_info() { return "cuda_emu (CPU emulation of the kernels)"; }
 
