@@ -141,6 +141,7 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 	clear(dst[base : base+p.indexLen])
 	e.esc = e.esc[:0]
 	e.h.Reset() // output depends on this tensor only
+	e.z.Stream = len(src) >= encStreamMin
 	for i := 0; i < p.nblocks; i++ {
 		st := dst[base : base+p.staticLen] // dst may move when records are appended
 		e0, n, s0, sl := p.block(i)
@@ -157,6 +158,7 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 			if i+1 < p.nblocks {
 				e.z.Ahead = len(blk)
 			}
+
 			w := zip3.ChooseWindow(p.f, blk, n)
 			var cnt int
 			var c uint32

@@ -14,3 +14,16 @@ var streamMin = func() int {
 	}
 	return 16 << 20
 }()
+
+// encStreamMin is the source size from which the zip3 encoder writes the
+// R8 array of its bf16 frames, 5/7 of the output, with non-temporal
+// stores: the whole last-level cache, where the source and the frame no
+// longer both fit. On one Zen 4 core this took the encode from 51-54% to
+// 56-58% of memcpy at 43 and 64 MiB; at 16 MiB it lost 4%
+// (benchmarks/CODEC.md, "Non-temporal R8 stores").
+var encStreamMin = func() int {
+	if l3 := cpuid.CPU.Cache.L3; l3 > 0 {
+		return max(l3, 8<<20)
+	}
+	return 32 << 20
+}()

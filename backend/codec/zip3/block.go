@@ -15,6 +15,11 @@ type Encoder struct {
 	// L2 while they code this one, so that neither its window sample nor
 	// its coding waits on memory.
 	Ahead int
+	// Stream asks the bf16 kernel to write the R8 array, most of the
+	// output, with non-temporal stores where the CPU has them: for
+	// tensors larger than the cache, this saves the read-for-ownership of
+	// its lines.
+	Stream bool
 
 	codeOf [256]uint8
 	expOf  [8]uint8
@@ -38,7 +43,7 @@ func (e *Encoder) EncodeBlock(st, esc, src []byte, f Format, w Window) ([]byte, 
 	var crc uint32
 	switch f {
 	case BF16:
-		esc, crc = encodeBF16(st, esc, src, &l, w, mem{pf: e.Ahead})
+		esc, crc = encodeBF16(st, esc, src, &l, w, mem{nt: e.Stream, pf: e.Ahead})
 	case FP32:
 		// the high half of a float32 is a bfloat16 with the same exponent
 		// field and the same R8 byte: code it with the bf16 kernels
@@ -228,7 +233,7 @@ type Decoder struct {
 	// Stream asks the bf16 kernel to write the output with non-temporal
 	// stores where the CPU has them: for tensors much larger than the
 	// cache, this saves the read-for-ownership of every output line and
-	// keeps the frame cached. (Measured no gain for the encoder's output.)
+	// keeps the frame cached.
 	Stream bool
 	// Ahead: as in Encoder, the distance from this block's static arrays
 	// to the next block's.

@@ -11,7 +11,7 @@ import (
 )
 
 //go:noescape
-func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte, tbl *[16]byte) (n int, carry uint32)
+func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero, nt uint8, state uint32, k *[10]uint64, fold *[16]byte, tbl *[16]byte) (n int, carry uint32)
 
 //go:noescape
 func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups int, base, zero uint8) int
@@ -119,7 +119,7 @@ func encodeBF16AVX512Go(r8, planes []byte, plen int, esc, src []byte, groups int
 		_ = planes[2*plen+8*pairs-1]
 		esc = growEsc(esc, 64*pairs+64)
 		var f [16]byte
-		n, carry := encodeBF16AVX512(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], pairs, m.pf, base, b2u(zero), ^crc, &foldK, &f, &offsetCodes[b2u(zero)])
+		n, carry := encodeBF16AVX512(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], pairs, m.pf, base, b2u(zero), b2u(m.nt), ^crc, &foldK, &f, &offsetCodes[b2u(zero)])
 		esc = esc[:len(esc)+n]
 		crc = crc32c.FromFold(&f) ^ carry
 	}

@@ -44,6 +44,18 @@ DATA ilv1<>+48(SB)/8, $0x7b3b7a3a79397838
 DATA ilv1<>+56(SB)/8, $0x7f3f7e3e7d3d7c3c
 GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 
+// Byte ramp 0..63: with 64 - m added, the indices that pick one aligned
+// 64-byte line out of two consecutive R8 vectors written m bytes past a line.
+DATA ramp<>+0(SB)/8, $0x0706050403020100
+DATA ramp<>+8(SB)/8, $0x0f0e0d0c0b0a0908
+DATA ramp<>+16(SB)/8, $0x1716151413121110
+DATA ramp<>+24(SB)/8, $0x1f1e1d1c1b1a1918
+DATA ramp<>+32(SB)/8, $0x2726252423222120
+DATA ramp<>+40(SB)/8, $0x2f2e2d2c2b2a2928
+DATA ramp<>+48(SB)/8, $0x3736353433323130
+DATA ramp<>+56(SB)/8, $0x3f3e3d3c3b3a3938
+GLOBL ramp<>(SB), RODATA|NOPTR, $64
+
 
 // FOLDFINISH reduces two 512-bit CRC accumulators (Z11 older, Z12 newer) to
 // 16 bytes stored at (AX), using the constants at (R14): [2:3] shift 512,
@@ -108,7 +120,8 @@ GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 // remainder (BX) is XORed into the next step's first dword, where the
 // next fold picks it up (a CRC register XORed into the following data's
 // first four bytes is the same CRC). The last remainder is returned.
-#define ENCSTEP(ZFIX) \
+// R8STORE stores the R8 vector (Z2).
+#define ENCSTEP(ZFIX, R8STORE) \
 	PREFETCHT1 (SI)(R12*1) \
 	PREFETCHT1 64(SI)(R12*1) \
 	VMOVDQU64 (SI), Z0 \
@@ -135,7 +148,7 @@ GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 	VPSRLW    $7, Z2, Z4 \
 	VPTERNLOGD $0xF8, Z23, Z4, Z3 \
 	VPTERNLOGD $0xE4, Z25, Z0, Z2 \
-	VMOVDQU64 Z2, (DI) \
+	R8STORE \
 	VPSUBB    Z20, Z3, Z8 \
 	VPADDUSB  Z30, Z8, Z8 \
 	VPSHUFB   Z8, Z31, Z9 \
@@ -164,7 +177,17 @@ GLOBL ilv1<>(SB), RODATA|NOPTR, $64
 #define ZEROFIX VPTESTNMB Z3, Z3, K2; VMOVDQU8 Z23, K2, Z9
 #define NOFIX
 
-// func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero uint8, state uint32, k *[10]uint64, fold *[16]byte, tbl *[16]byte) (n int, carry uint32)
+// R8 stores: cached (R8ST); or, for outputs too large for the cache, the
+// first vector cached (R8FIRST) and then each aligned line, assembled from
+// the previous vector (Z29) and this one, non-temporal at R13 (R8NT). The
+// caller stores the last vector (its bytes past the last line) after the
+// loop. Non-temporal stores must be whole aligned lines: R8 arrays sit 32
+// bytes past a line in a 64-byte-aligned frame.
+#define R8ST VMOVDQU64 Z2, (DI)
+#define R8FIRST VMOVDQU64 Z2, (DI); VMOVDQA64 Z2, Z29
+#define R8NT VPERMT2B Z2, Z28, Z29; VMOVNTDQ Z29, (R13); ADDQ $64, R13; VMOVDQA64 Z2, Z29
+
+// func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero, nt uint8, state uint32, k *[10]uint64, fold *[16]byte, tbl *[16]byte) (n int, carry uint32)
 TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-100
 	MOVQ src+0(FP), SI
 	MOVQ r8+8(FP), DI
@@ -198,20 +221,59 @@ TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-100
 	VMOVDQU64 gatherHi<>(SB), Z19
 	TESTQ CX, CX
 	JZ   edone
+	MOVBQZX nt+58(FP), AX
+	TESTQ AX, AX
+	JNZ  ntstart
 	MOVBQZX zero+57(FP), AX
 	TESTQ AX, AX
 	JNZ  ezloop
 
 eloop:
-	ENCSTEP(NOFIX)
+	ENCSTEP(NOFIX, R8ST)
 	DECQ CX
 	JNZ  eloop
 	JMP  edone
 
 ezloop:
-	ENCSTEP(ZEROFIX)
+	ENCSTEP(ZEROFIX, R8ST)
 	DECQ CX
 	JNZ  ezloop
+	JMP  edone
+
+ntstart:
+	LEAQ 64(DI), R13
+	ANDQ $-64, R13 // the first line boundary after the R8 output's start
+	MOVQ R13, AX
+	SUBQ DI, AX // 64 - m, for R8 m bytes past a line (1 to 64)
+	VPBROADCASTB AX, Z28
+	VMOVDQU64 ramp<>(SB), Z21
+	VPADDB Z21, Z28, Z28
+	MOVBQZX zero+57(FP), AX
+	TESTQ AX, AX
+	JNZ  ntz
+	ENCSTEP(NOFIX, R8FIRST)
+	DECQ CX
+	JZ   ntdone
+
+ntloop:
+	ENCSTEP(NOFIX, R8NT)
+	DECQ CX
+	JNZ  ntloop
+	JMP  ntdone
+
+ntz:
+	ENCSTEP(ZEROFIX, R8FIRST)
+	DECQ CX
+	JZ   ntdone
+
+ntzloop:
+	ENCSTEP(ZEROFIX, R8NT)
+	DECQ CX
+	JNZ  ntzloop
+
+ntdone:
+	VMOVDQU64 Z29, -64(DI) // the last vector: its bytes past the last whole line
+	SFENCE
 
 edone:
 	MOVQ fold+72(FP), AX

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 )
@@ -137,8 +138,9 @@ func TestKernelsEveryWindow(t *testing.T) {
 }
 
 // encodeEachKernel encodes the bf16 block src with window w by the portable
-// encoder and by every kernel set, fails the test where a kernel's bytes or
-// CRC differ, and returns the portable encoder's output.
+// encoder and by every kernel set, cached and streamed (into an output 17
+// bytes past a line), fails the test where a kernel's bytes or CRC differ,
+// and returns the portable encoder's output.
 func encodeEachKernel(t *testing.T, src []byte, w Window) (st, esc []byte, crc uint32) {
 	t.Helper()
 	n := len(src) / 2
@@ -149,12 +151,17 @@ func encodeEachKernel(t *testing.T, src []byte, w Window) (st, esc []byte, crc u
 	restore()
 	for _, kn := range Kernels() {
 		restore := UseKernel(kn)
-		st2 := make([]byte, StaticLen(BF16, n))
-		esc2, _, crc2 := e.EncodeBlock(st2, nil, src, BF16, w)
-		restore()
-		if !bytes.Equal(st, st2) || !bytes.Equal(esc, esc2) || crc != crc2 {
-			t.Fatalf("n=%d window %+v: kernel %s output differs from portable", n, w, kn)
+		for _, stream := range []bool{false, true} {
+			e := Encoder{Stream: stream}
+			buf := make([]byte, len(st)+128)
+			off := 17 + int(-uintptr(unsafe.Pointer(&buf[0]))%64)
+			st2 := buf[off : off+len(st)]
+			esc2, _, crc2 := e.EncodeBlock(st2, nil, src, BF16, w)
+			if !bytes.Equal(st, st2) || !bytes.Equal(esc, esc2) || crc != crc2 {
+				t.Fatalf("n=%d window %+v: kernel %s (stream %v) output differs from portable", n, w, kn, stream)
+			}
 		}
+		restore()
 	}
 	return st, esc, crc
 }
@@ -176,6 +183,26 @@ func TestMemHints(t *testing.T) {
 			esc, _, crc := e.EncodeBlock(st, nil, src[:2*n], BF16, w)
 			if !bytes.Equal(st, ref) || !bytes.Equal(esc, refEsc) || crc != refCRC {
 				t.Fatalf("kernel %s ahead %d: encoder output differs", kn, ahead)
+			}
+			// streamed R8 stores at every offset from a line, each
+			// output between guard bytes that must stay untouched
+			for off := 0; off < 64; off++ {
+				e := Encoder{Ahead: ahead, Stream: true}
+				buf := make([]byte, len(ref)+256)
+				for i := range buf {
+					buf[i] = 0xa5
+				}
+				start := 64 + off + int(-uintptr(unsafe.Pointer(&buf[0]))%64)
+				out := buf[start : start+len(ref)]
+				esc, _, crc := e.EncodeBlock(out, nil, src[:2*n], BF16, w)
+				if !bytes.Equal(out, ref) || !bytes.Equal(esc, refEsc) || crc != refCRC {
+					t.Fatalf("kernel %s ahead %d stream offset %d: encoder output differs", kn, ahead, off)
+				}
+				for i, b := range buf {
+					if (i < start || i >= start+len(ref)) && b != 0xa5 {
+						t.Fatalf("kernel %s stream offset %d: byte %d outside the output written", kn, off, i-start)
+					}
+				}
 			}
 			for _, stream := range []bool{false, true} {
 				for _, off := range []int{0, 1, 64} {
