@@ -87,6 +87,14 @@ def test_roundtrip_every_dtype_and_codec(dtype, codec):
         roundtrip(random_bits(shape, dtype, seed=1), codec)
 
 
+def test_large_bf16_beyond_the_cache():
+    """48 MiB of bf16, past the L3 of most CPUs: the encoder's non-temporal
+    R8 stores and the decoder's non-temporal output are on."""
+    t = gaussian((24 << 20,), torch.bfloat16, seed=17)
+    info = zc.inspect(roundtrip(t, "zip3"))
+    assert info.codec == "zip3" and info.ratio > 1.4, info
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 def test_shapes_scalar_empty_and_many_dims(dtype):
     for shape in [(), (0,), (5, 0, 3), (1,), (1, 1, 1), (2, 3, 4, 5, 6), (7,) * 1 + (1,) * 20]:
