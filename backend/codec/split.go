@@ -21,6 +21,8 @@ var (
 	splitBF16 = splitBF16Go
 	mergeBF16 = mergeBF16Go
 	symsBF16  = symsBF16Go
+	splitFP16 = splitFP16Go
+	mergeFP16 = mergeFP16Go
 )
 
 func splitBF16Go(r8, syms, src []byte) {
@@ -82,7 +84,7 @@ func growBuf(b []byte, n int) []byte {
 }
 
 // fp16 (de)interleaves the low and high bytes, eight bytes at a time.
-func splitFP16(r8, syms, src []byte) {
+func splitFP16Go(r8, syms, src []byte) {
 	n := len(src) / 2
 	r8, syms = r8[:n], syms[:n]
 	i := 0
@@ -119,7 +121,7 @@ func symsFP16(syms, src []byte) {
 	}
 }
 
-func mergeFP16(dst, r8, syms []byte) {
+func mergeFP16Go(dst, r8, syms []byte) {
 	n := len(dst) / 2
 	r8, syms = r8[:n], syms[:n]
 	i := 0

@@ -14,6 +14,12 @@ func symsBF16AVX512(syms, src *byte, n64 int)
 func mergeBF16AVX512(dst, r8, syms *byte, n64 int)
 
 //go:noescape
+func splitFP16AVX512(r8, syms, src *byte, n64 int)
+
+//go:noescape
+func mergeFP16AVX512(dst, r8, syms *byte, n64 int)
+
+//go:noescape
 func splitBF16AVX2(r8, syms, src *byte, n32 int)
 
 //go:noescape
@@ -52,10 +58,13 @@ func useSplitKernels(name string) {
 	switch {
 	case name == "avx512" && hasAVX512:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Z, symsBF16Z, mergeBF16Z
+		splitFP16, mergeFP16 = splitFP16Z, mergeFP16Z
 	case name == "avx2" && hasAVX2:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Y, symsBF16Y, mergeBF16Y
+		splitFP16, mergeFP16 = splitFP16Go, mergeFP16Go
 	default:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Go, symsBF16Go, mergeBF16Go
+		splitFP16, mergeFP16 = splitFP16Go, mergeFP16Go
 	}
 }
 
@@ -87,6 +96,26 @@ func mergeBF16Z(dst, r8, syms []byte) {
 		mergeBF16AVX512(&dst[0], &r8[0], &syms[0], m)
 	}
 	mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+}
+
+func splitFP16Z(r8, syms, src []byte) {
+	n := len(src) / 2
+	m := n / 64
+	if m > 0 {
+		_, _, _ = r8[64*m-1], syms[64*m-1], src[128*m-1]
+		splitFP16AVX512(&r8[0], &syms[0], &src[0], m)
+	}
+	splitFP16Go(r8[64*m:], syms[64*m:], src[128*m:2*n])
+}
+
+func mergeFP16Z(dst, r8, syms []byte) {
+	n := len(dst) / 2
+	m := n / 64
+	if m > 0 {
+		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
+		mergeFP16AVX512(&dst[0], &r8[0], &syms[0], m)
+	}
+	mergeFP16Go(dst[128*m:2*n], r8[64*m:], syms[64*m:])
 }
 
 func splitBF16Y(r8, syms, src []byte) {

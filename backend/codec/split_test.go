@@ -8,8 +8,9 @@ import (
 	"github.com/zipccl/zipccl/backend/dtype"
 )
 
-// TestSplitKernels checks every split/merge kernel set against the portable
-// one, byte for byte, and runs the huff round trip with each.
+// TestSplitKernels checks every split/merge kernel set (bf16 and fp16)
+// against the portable one, byte for byte, and runs the huff round trip with
+// each.
 func TestSplitKernels(t *testing.T) {
 	defer useSplitKernels(bestSplit())
 	for _, n := range []int{0, 1, 31, 32, 63, 64, 65, 1000, 4097} {
@@ -26,6 +27,15 @@ func TestSplitKernels(t *testing.T) {
 			mergeBF16(out, r2, s2)
 			if !bytes.Equal(r1, r2) || !bytes.Equal(s1, s2) || !bytes.Equal(s1, s3) || !bytes.Equal(out, src) {
 				t.Fatalf("kernel %s n=%d differs", k, n)
+			}
+			r3, s4 := make([]byte, n), make([]byte, n)
+			splitFP16(r3, s4, src)
+			clear(out)
+			mergeFP16(out, r3, s4)
+			r4, s5 := make([]byte, n), make([]byte, n)
+			splitFP16Go(r4, s5, src)
+			if !bytes.Equal(r3, r4) || !bytes.Equal(s4, s5) || !bytes.Equal(out, src) {
+				t.Fatalf("kernel %s n=%d: fp16 split or merge differs", k, n)
 			}
 			roundTrip(t, gauss(dtype.BFloat16, 3*n+5, 0.1, 1), dtype.BFloat16, Huff)
 		}

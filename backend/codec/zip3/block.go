@@ -48,7 +48,7 @@ func (e *Encoder) EncodeBlock(st, esc, src []byte, f Format, w Window) ([]byte, 
 		// the high half of a float32 is a bfloat16 with the same exponent
 		// field and the same R8 byte: code it with the bf16 kernels
 		e.hi = growTo(e.hi, 2*n)
-		SplitHalves(e.hi[:2*n], st[l.R16:l.R16+2*n], src)
+		active.split(e.hi[:2*n], st[l.R16:l.R16+2*n], src, e.Ahead)
 		esc, _ = encodeBF16(st, esc, e.hi[:2*n], &l, w, mem{})
 		crc = crc32c.Checksum(src)
 	case FP16:
@@ -157,7 +157,7 @@ func encodeBF16(st, esc, src []byte, l *Layout, w Window, m mem) ([]byte, uint32
 func encodeBF16To(r8, planes, esc, src []byte, l *Layout, w Window, m mem) ([]byte, uint32) {
 	n := l.N
 	full := n / 32
-	esc, crc := encodeBF16Kernel(r8, planes, l.PlaneLen, esc, src[:64*full], full, w.Base, w.Mode == ModeZero, 0, m)
+	esc, crc := active.encode(r8, planes, l.PlaneLen, esc, src[:64*full], full, w.Base, w.Mode == ModeZero, 0, m)
 	if rem := n - 32*full; rem > 0 {
 		var tmp [64]byte
 		copy(tmp[:], src[64*full:2*n])
@@ -394,7 +394,7 @@ func decodeBF16(dst, st, esc []byte, l *Layout, w Window, expOf *[8]uint8, codeO
 func decodeBF16From(dst, r8, planes, esc []byte, l *Layout, w Window, expOf *[8]uint8, codeOf *[256]uint8, sc *escScratch, m mem) (int, uint32, error) {
 	n := l.N
 	full := n / 32
-	k, crc := decodeBF16Kernel(dst[:64*full], r8, planes, l.PlaneLen, esc, full, expOf, codeOf, w, sc, 0, m)
+	k, crc := active.decode(dst[:64*full], r8, planes, l.PlaneLen, esc, full, expOf, codeOf, w, sc, 0, m)
 	if k < 0 {
 		return 0, 0, errEscOverrun
 	}
@@ -486,7 +486,12 @@ func growTo(b []byte, n int) []byte {
 }
 
 // SplitHalves stores the high and low 16 bits of each float32 of src.
-func SplitHalves(hi, lo, src []byte) {
+func SplitHalves(hi, lo, src []byte) { active.split(hi, lo, src, 0) }
+
+// JoinHalves is the inverse of SplitHalves.
+func JoinHalves(dst, hi, lo []byte) { active.join(dst, hi, lo) }
+
+func splitHalvesGo(hi, lo, src []byte, _ int) {
 	n := len(src) / 4
 	i := 0
 	for ; i+2 <= n; i += 2 {
@@ -500,8 +505,7 @@ func SplitHalves(hi, lo, src []byte) {
 	}
 }
 
-// JoinHalves is the inverse of SplitHalves.
-func JoinHalves(dst, hi, lo []byte) {
+func joinHalvesGo(dst, hi, lo []byte) {
 	n := len(dst) / 4
 	i := 0
 	for ; i+2 <= n; i += 2 {

@@ -28,17 +28,28 @@ var HasAVX512 = cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL
 // HasAVX2 reports whether the AVX2 kernels can run on this CPU.
 var HasAVX2 = cpuid.CPU.Supports(cpuid.AVX2, cpuid.POPCNT)
 
+//go:noescape
+func splitHalvesAVX512(hi, lo, src *byte, n32, pf int)
+
+//go:noescape
+func joinHalvesAVX512(dst, hi, lo *byte, n32 int)
+
+var (
+	avx512Set = kernelSet{name: "avx512", encode: encodeBF16AVX512Go, decode: decodeBF16AVX512Go, split: splitHalvesAVX512Go, join: joinHalvesAVX512Go}
+	avx2Set   = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go, split: splitHalvesGo, join: joinHalvesGo}
+)
+
 func init() {
 	switch {
 	case HasAVX512:
-		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX512Go, decodeBF16AVX512Go, "avx512"
+		use(avx512Set)
 	case HasAVX2:
-		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX2Go, decodeBF16AVX2Go, "avx2"
+		use(avx2Set)
 	}
 }
 
-// Kernels lists the bf16 kernel sets usable on this CPU, fastest first
-// ("go" is always last). UseKernel selects one.
+// Kernels lists the kernel sets usable on this CPU, fastest first ("go" is
+// always last). UseKernel selects one.
 func Kernels() []string {
 	var k []string
 	if HasAVX512 {
@@ -53,16 +64,35 @@ func Kernels() []string {
 // UseKernel selects a kernel set by name (see Kernels) and returns a function
 // restoring the previous one. It is meant for tests and benchmarks.
 func UseKernel(name string) (restore func()) {
-	e, d, n := encodeBF16Kernel, decodeBF16Kernel, KernelName
 	switch {
 	case name == "avx512" && HasAVX512:
-		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX512Go, decodeBF16AVX512Go, "avx512"
+		return use(avx512Set)
 	case name == "avx2" && HasAVX2:
-		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16AVX2Go, decodeBF16AVX2Go, "avx2"
-	default:
-		encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16Go, decodeBF16GoK, "go"
+		return use(avx2Set)
 	}
-	return func() { encodeBF16Kernel, decodeBF16Kernel, KernelName = e, d, n }
+	return use(portable)
+}
+
+// splitHalvesAVX512Go splits 32 floats per step in the kernel, the rest in
+// Go. The kernel prefetches the lines pf bytes on (the next block's source).
+func splitHalvesAVX512Go(hi, lo, src []byte, pf int) {
+	n := len(src) / 4
+	m := n / 32
+	if m > 0 {
+		_, _, _ = hi[64*m-1], lo[64*m-1], src[128*m-1]
+		splitHalvesAVX512(&hi[0], &lo[0], &src[0], m, pf)
+	}
+	splitHalvesGo(hi[64*m:], lo[64*m:], src[128*m:4*n], 0)
+}
+
+func joinHalvesAVX512Go(dst, hi, lo []byte) {
+	n := len(dst) / 4
+	m := n / 32
+	if m > 0 {
+		_, _, _ = dst[128*m-1], hi[64*m-1], lo[64*m-1]
+		joinHalvesAVX512(&dst[0], &hi[0], &lo[0], m)
+	}
+	joinHalvesGo(dst[128*m:4*n], hi[64*m:], lo[64*m:])
 }
 
 func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, _ mem) ([]byte, uint32) {

@@ -2,22 +2,35 @@ package zip3
 
 import "github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 
-// Kernel selection. The portable kernels are always available; SIMD kernels
-// replace them at init when the CPU supports them (see kernel_amd64.go).
-var (
-	encodeBF16Kernel = encodeBF16Go
-	decodeBF16Kernel = decodeBF16GoK
-	// KernelName names the active bf16 kernels.
-	KernelName = "go"
-)
+// kernelSet is one set of kernels: the bf16 block encoder and decoder, and
+// the split of float32 into its 16-bit halves and the join back. The
+// portable set is always available; SIMD sets replace it at init when the
+// CPU supports them (see kernel_amd64.go).
+type kernelSet struct {
+	name   string
+	encode func(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, m mem) ([]byte, uint32)
+	decode func(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32, m mem) (int, uint32)
+	split  func(hi, lo, src []byte, pf int)
+	join   func(dst, hi, lo []byte)
+}
+
+var portable = kernelSet{name: "go", encode: encodeBF16Go, decode: decodeBF16GoK, split: splitHalvesGo, join: joinHalvesGo}
+
+var active = portable
+
+// KernelName names the active kernel set.
+var KernelName = "go"
+
+// use makes k the active set and returns a function restoring the previous.
+func use(k kernelSet) (restore func()) {
+	prev := active
+	active, KernelName = k, k.name
+	return func() { active, KernelName = prev, prev.name }
+}
 
 // UsePortable switches to the portable kernels (for tests and benchmarks)
 // and returns a function that restores the previous choice.
-func UsePortable() (restore func()) {
-	e, d, n := encodeBF16Kernel, decodeBF16Kernel, KernelName
-	encodeBF16Kernel, decodeBF16Kernel, KernelName = encodeBF16Go, decodeBF16GoK, "go"
-	return func() { encodeBF16Kernel, decodeBF16Kernel, KernelName = e, d, n }
-}
+func UsePortable() (restore func()) { return use(portable) }
 
 // mem carries memory hints to the kernels: nt asks for non-temporal stores
 // of the output, pf is the distance in bytes from this block's input to

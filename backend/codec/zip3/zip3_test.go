@@ -219,3 +219,33 @@ func TestMemHints(t *testing.T) {
 		restore()
 	}
 }
+
+// TestHalvesEveryKernel checks each kernel set's float32 half split and
+// join against the portable ones, at lengths around the SIMD step (32
+// floats) and at unaligned offsets, and that join undoes split.
+func TestHalvesEveryKernel(t *testing.T) {
+	for _, kn := range Kernels() {
+		restore := UseKernel(kn)
+		for _, n := range []int{0, 1, 2, 31, 32, 33, 63, 64, 65, 100, 1000, 16384 + 17} {
+			for _, off := range []int{0, 3} {
+				src := randBytes(4*n+off, uint64(n))[off:]
+				wantHi, wantLo := make([]byte, 2*n), make([]byte, 2*n)
+				splitHalvesGo(wantHi, wantLo, src, 0)
+				hi, lo := make([]byte, 2*n), make([]byte, 2*n)
+				for _, pf := range []int{4 * n, -64} { // prefetch hints change no byte
+					active.split(hi, lo, src, pf)
+					if !bytes.Equal(hi, wantHi) || !bytes.Equal(lo, wantLo) {
+						t.Fatalf("kernel %s n=%d off=%d pf=%d: split differs from portable", kn, n, off, pf)
+					}
+				}
+				SplitHalves(hi, lo, src)
+				dst := make([]byte, 4*n+off)[off:]
+				JoinHalves(dst, hi, lo)
+				if !bytes.Equal(dst, src) {
+					t.Fatalf("kernel %s n=%d off=%d: join does not undo split", kn, n, off)
+				}
+			}
+		}
+		restore()
+	}
+}
