@@ -56,9 +56,8 @@ func (e *Encoder) EncodeBlock(st, esc, src []byte, f Format, w Window) ([]byte, 
 		// 5-bit field and whose R8 byte is the low byte: the bf16 kernels
 		// then write R8 and the code planes; the residue planes follow
 		e.hi = growTo(e.hi, 2*n)
-		fp16ToPseudo(e.hi[:2*n], src)
+		active.toPseudo16(e.hi[:2*n], st[l.ResPlanes:], l.PlaneLen, src, e.Ahead)
 		esc, _ = encodeBF16(st, esc, e.hi[:2*n], &l, w, mem{})
-		fp16ResiduePlanes(st[l.ResPlanes:], l.PlaneLen, src)
 		crc = crc32c.Checksum(src)
 	case E5M2, E4M3:
 		// float8: pseudo bf16 words holding just the field; the kernels'
@@ -288,7 +287,7 @@ func (d *Decoder) DecodeBlock(dst, st, esc []byte, f Format, w Window) (uint32, 
 		d.hi = growTo(d.hi, 2*n)
 		used, _, err = decodeBF16(d.hi[:2*n], st, esc, &l, w, &d.expOf, &d.codeOf, &d.sc, mem{pf: d.Ahead})
 		if err == nil {
-			if err = fp16FromPseudo(dst, d.hi[:2*n], st[l.ResPlanes:], l.PlaneLen); err == nil {
+			if err = active.fromPseudo16(dst, d.hi[:2*n], st[l.ResPlanes:], l.PlaneLen); err == nil {
 				crc = crc32c.Checksum(dst)
 			}
 		}
@@ -519,6 +518,12 @@ func joinHalvesGo(dst, hi, lo []byte) {
 	}
 }
 
+// fp16ToPseudoGo writes the pseudo words and the residue planes of src.
+func fp16ToPseudoGo(y, planes []byte, plen int, src []byte, _ int) {
+	fp16ToPseudo(y, src)
+	fp16ResiduePlanes(planes, plen, src)
+}
+
 // fp16ToPseudo maps float16 x to the bf16-shaped word
 // (x&0x80)<<8 | field<<7 | x&0x7f, where field = bits 14..10 of x.
 func fp16ToPseudo(y, src []byte) {
@@ -616,10 +621,12 @@ func fp16FromPseudo(dst, y, planes []byte, plen int) error {
 		}
 	}
 	if bad&0xffe0ffe0ffe0ffe0 != 0 {
-		return fmt.Errorf("%w: exponent field out of range", ErrCorrupt)
+		return errFieldRange
 	}
 	return nil
 }
+
+var errFieldRange = fmt.Errorf("%w: exponent field out of range", ErrCorrupt)
 
 // spread4w puts bit k of b (k < 4) at bit 16k.
 func spread4w(b uint32) uint64 {

@@ -34,9 +34,17 @@ func splitHalvesAVX512(hi, lo, src *byte, n32, pf int)
 //go:noescape
 func joinHalvesAVX512(dst, hi, lo *byte, n32 int)
 
+//go:noescape
+func fp16ToPseudoAVX512(y, planes *byte, plen int, src *byte, n32, pf int)
+
+//go:noescape
+func fp16FromPseudoAVX512(dst, y, planes *byte, plen int, n32 int) (bad bool)
+
 var (
-	avx512Set = kernelSet{name: "avx512", encode: encodeBF16AVX512Go, decode: decodeBF16AVX512Go, split: splitHalvesAVX512Go, join: joinHalvesAVX512Go}
-	avx2Set   = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go, split: splitHalvesGo, join: joinHalvesGo}
+	avx512Set = kernelSet{name: "avx512", encode: encodeBF16AVX512Go, decode: decodeBF16AVX512Go, split: splitHalvesAVX512Go, join: joinHalvesAVX512Go,
+		toPseudo16: fp16ToPseudoAVX512Go, fromPseudo16: fp16FromPseudoAVX512Go}
+	avx2Set = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go, split: splitHalvesGo, join: joinHalvesGo,
+		toPseudo16: fp16ToPseudoGo, fromPseudo16: fp16FromPseudo}
 )
 
 func init() {
@@ -93,6 +101,31 @@ func joinHalvesAVX512Go(dst, hi, lo []byte) {
 		joinHalvesAVX512(&dst[0], &hi[0], &lo[0], m)
 	}
 	joinHalvesGo(dst[128*m:4*n], hi[64*m:], lo[64*m:])
+}
+
+// fp16ToPseudoAVX512Go does 32 float16 per step in the kernel, the rest
+// (a partial group of planes) in Go. The kernel prefetches the lines pf
+// bytes on (the next block's source).
+func fp16ToPseudoAVX512Go(y, planes []byte, plen int, src []byte, pf int) {
+	n := len(src) / 2
+	m := n / 32
+	if m > 0 {
+		_, _, _ = y[64*m-1], planes[2*plen+4*m-1], src[64*m-1]
+		fp16ToPseudoAVX512(&y[0], &planes[0], plen, &src[0], m, pf)
+	}
+	fp16ToPseudoGo(y[64*m:], planes[4*m:], plen, src[64*m:2*n], 0)
+}
+
+func fp16FromPseudoAVX512Go(dst, y, planes []byte, plen int) error {
+	n := len(dst) / 2
+	m := n / 32
+	if m > 0 {
+		_, _, _ = dst[64*m-1], y[64*m-1], planes[2*plen+4*m-1]
+		if fp16FromPseudoAVX512(&dst[0], &y[0], &planes[0], plen, m) {
+			return errFieldRange
+		}
+	}
+	return fp16FromPseudo(dst[64*m:2*n], y[64*m:], planes[4*m:], plen)
 }
 
 func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, _ mem) ([]byte, uint32) {

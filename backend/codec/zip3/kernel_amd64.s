@@ -1337,3 +1337,126 @@ hjloop:
 hjdone:
 	VZEROUPPER
 	RET
+
+// fp16ToPseudoAVX512 writes, for 32 float16 x per step, the bf16-shaped
+// word (x&0x80)<<8 | (x>>10&0x1f)<<7 | x&0x7f and bit k of the three
+// residue planes' 32-bit words from bits 8, 9 and 15 of element k.
+// func fp16ToPseudoAVX512(y, planes *byte, plen int, src *byte, n32, pf int)
+TEXT ·fp16ToPseudoAVX512(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), DI
+	MOVQ planes+8(FP), DX
+	MOVQ plen+16(FP), AX
+	LEAQ (DX)(AX*1), R8
+	LEAQ (R8)(AX*1), R9
+	MOVQ src+24(FP), SI
+	MOVQ n32+32(FP), CX
+	MOVQ pf+40(FP), R12
+	MOVL $0x1f, AX
+	VPBROADCASTW AX, Z21
+	MOVL $0x7f, AX
+	VPBROADCASTW AX, Z22
+	MOVL $0x100, AX
+	VPBROADCASTW AX, Z23
+	MOVL $0x200, AX
+	VPBROADCASTW AX, Z24
+	MOVL $0x8000, AX
+	VPBROADCASTW AX, Z25
+	TESTQ CX, CX
+	JZ   f16pdone
+
+f16ploop:
+	PREFETCHT1 (SI)(R12*1)
+	VMOVDQU64 (SI), Z0
+	VPSLLW    $8, Z0, Z1
+	VPANDD    Z25, Z1, Z1 // the sign bit: bit 7 moved to 15
+	VPSRLW    $10, Z0, Z2
+	VPANDD    Z21, Z2, Z2
+	VPSLLW    $7, Z2, Z2 // the 5-bit field at bf16's exponent
+	VPANDD    Z22, Z0, Z3
+	VPTERNLOGD $0xFE, Z1, Z2, Z3
+	VMOVDQU64 Z3, (DI)
+	VPTESTMW  Z23, Z0, K1
+	KMOVD     K1, AX
+	MOVL      AX, (DX)
+	VPTESTMW  Z24, Z0, K2
+	KMOVD     K2, AX
+	MOVL      AX, (R8)
+	VPTESTMW  Z25, Z0, K3
+	KMOVD     K3, AX
+	MOVL      AX, (R9)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $4, DX
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  f16ploop
+
+f16pdone:
+	VZEROUPPER
+	RET
+
+// fp16FromPseudoAVX512 is the inverse: x = (v&0x7f) | (v>>8&0x80) |
+// field<<10 | the residue bits, with field = v>>7&0xff. It returns true if
+// any field is above 31, which no valid block holds.
+// func fp16FromPseudoAVX512(dst, y, planes *byte, plen int, n32 int) (bad bool)
+TEXT ·fp16FromPseudoAVX512(SB), NOSPLIT, $0-41
+	MOVQ dst+0(FP), DI
+	MOVQ y+8(FP), SI
+	MOVQ planes+16(FP), DX
+	MOVQ plen+24(FP), AX
+	LEAQ (DX)(AX*1), R8
+	LEAQ (R8)(AX*1), R9
+	MOVQ n32+32(FP), CX
+	MOVL $0xff, AX
+	VPBROADCASTW AX, Z20
+	MOVL $0x80, AX
+	VPBROADCASTW AX, Z21
+	MOVL $0x7f, AX
+	VPBROADCASTW AX, Z22
+	MOVL $0x100, AX
+	VPBROADCASTW AX, Z23
+	MOVL $0x200, AX
+	VPBROADCASTW AX, Z24
+	MOVL $0x8000, AX
+	VPBROADCASTW AX, Z25
+	MOVL $0xffe0, AX
+	VPBROADCASTW AX, Z26
+	VPXORQ Z10, Z10, Z10
+	TESTQ CX, CX
+	JZ   f16fdone
+
+f16floop:
+	VMOVDQU64 (SI), Z0
+	VPSRLW    $7, Z0, Z1
+	VPANDD    Z20, Z1, Z1 // field
+	VPORQ     Z1, Z10, Z10
+	VPSRLW    $8, Z0, Z2
+	VPANDD    Z21, Z2, Z2 // the sign bit, back at 7
+	VPANDD    Z22, Z0, Z3
+	VPSLLW    $10, Z1, Z4
+	VPTERNLOGD $0xFE, Z2, Z3, Z4
+	KMOVD     (DX), K1
+	KMOVD     (R8), K2
+	KMOVD     (R9), K3
+	VPORD     Z23, Z4, Z5
+	VMOVDQU16 Z5, K1, Z4
+	VPORD     Z24, Z4, Z5
+	VMOVDQU16 Z5, K2, Z4
+	VPORD     Z25, Z4, Z5
+	VMOVDQU16 Z5, K3, Z4
+	VMOVDQU64 Z4, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $4, DX
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  f16floop
+
+f16fdone:
+	VPTESTMW  Z26, Z10, K1
+	KORTESTD  K1, K1
+	SETNE     bad+40(FP)
+	VZEROUPPER
+	RET

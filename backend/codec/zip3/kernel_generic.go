@@ -2,8 +2,9 @@ package zip3
 
 import "github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 
-// kernelSet is one set of kernels: the bf16 block encoder and decoder, and
-// the split of float32 into its 16-bit halves and the join back. The
+// kernelSet is one set of kernels: the bf16 block encoder and decoder, the
+// split of float32 into its 16-bit halves and the join back, and float16's
+// recasting to bf16-shaped words and back. The
 // portable set is always available; SIMD sets replace it at init when the
 // CPU supports them (see kernel_amd64.go).
 type kernelSet struct {
@@ -12,9 +13,13 @@ type kernelSet struct {
 	decode func(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32, m mem) (int, uint32)
 	split  func(hi, lo, src []byte, pf int)
 	join   func(dst, hi, lo []byte)
+	// float16: pseudo bf16 words and residue planes, and back
+	toPseudo16   func(y, planes []byte, plen int, src []byte, pf int)
+	fromPseudo16 func(dst, y, planes []byte, plen int) error
 }
 
-var portable = kernelSet{name: "go", encode: encodeBF16Go, decode: decodeBF16GoK, split: splitHalvesGo, join: joinHalvesGo}
+var portable = kernelSet{name: "go", encode: encodeBF16Go, decode: decodeBF16GoK, split: splitHalvesGo, join: joinHalvesGo,
+	toPseudo16: fp16ToPseudoGo, fromPseudo16: fp16FromPseudo}
 
 var active = portable
 

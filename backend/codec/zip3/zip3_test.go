@@ -3,6 +3,7 @@ package zip3
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -243,6 +244,43 @@ func TestHalvesEveryKernel(t *testing.T) {
 				JoinHalves(dst, hi, lo)
 				if !bytes.Equal(dst, src) {
 					t.Fatalf("kernel %s n=%d off=%d: join does not undo split", kn, n, off)
+				}
+			}
+		}
+		restore()
+	}
+}
+
+// TestFP16EveryKernel checks each kernel set's float16 recasting (pseudo
+// words and residue planes) against the portable one, that the way back
+// restores every bit, and that a field above 31 is reported wherever it is.
+func TestFP16EveryKernel(t *testing.T) {
+	for _, kn := range Kernels() {
+		restore := UseKernel(kn)
+		for _, n := range []int{0, 1, 31, 32, 33, 64, 100, 16384 + 17} {
+			src := randBytes(2*n, uint64(n)+7)
+			plen := (n + 63) / 64 * 8
+			y, planes := make([]byte, 2*n), make([]byte, 3*plen)
+			wantY, wantPlanes := make([]byte, 2*n), make([]byte, 3*plen)
+			fp16ToPseudoGo(wantY, wantPlanes, plen, src, 0)
+			for _, pf := range []int{2 * n, -64} { // prefetch hints change no byte
+				active.toPseudo16(y, planes, plen, src, pf)
+				if !bytes.Equal(y, wantY) || !bytes.Equal(planes, wantPlanes) {
+					t.Fatalf("kernel %s n=%d pf=%d: pseudo words or planes differ from portable", kn, n, pf)
+				}
+			}
+			dst := make([]byte, 2*n)
+			if err := active.fromPseudo16(dst, y, planes, plen); err != nil || !bytes.Equal(dst, src) {
+				t.Fatalf("kernel %s n=%d: the way back: %v", kn, n, err)
+			}
+			for _, i := range []int{0, n / 2, n - 1} {
+				if n == 0 {
+					break
+				}
+				bad := bytes.Clone(y)
+				bad[2*i+1] |= 0x10 // field bit 5
+				if err := active.fromPseudo16(dst, bad, planes, plen); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("kernel %s n=%d: field 32+ at %d not reported: %v", kn, n, i, err)
 				}
 			}
 		}
