@@ -158,7 +158,6 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 			if i+1 < p.nblocks {
 				e.z.Ahead = len(blk)
 			}
-
 			w := zip3.ChooseWindow(p.f, blk, n)
 			var cnt int
 			var c uint32

@@ -4,9 +4,9 @@ import "github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 
 // kernelSet is one set of kernels: the bf16 block encoder and decoder, the
 // split of float32 into its 16-bit halves and the join back, and float16's
-// recasting to bf16-shaped words and back. The
-// portable set is always available; SIMD sets replace it at init when the
-// CPU supports them (see kernel_amd64.go).
+// recasting to bf16-shaped words and back. The portable set is always
+// available; SIMD sets replace it at init when the CPU supports them (see
+// kernel_amd64.go).
 type kernelSet struct {
 	name   string
 	encode func(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, m mem) ([]byte, uint32)
