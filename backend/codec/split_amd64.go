@@ -20,6 +20,12 @@ func splitFP16AVX512(r8, syms, src *byte, n64 int)
 func mergeFP16AVX512(dst, r8, syms *byte, n64 int)
 
 //go:noescape
+func splitFP16AVX2(r8, syms, src *byte, n32 int)
+
+//go:noescape
+func mergeFP16AVX2(dst, r8, syms *byte, n32 int)
+
+//go:noescape
 func splitBF16AVX2(r8, syms, src *byte, n32 int)
 
 //go:noescape
@@ -61,7 +67,7 @@ func useSplitKernels(name string) {
 		splitFP16, mergeFP16 = splitFP16Z, mergeFP16Z
 	case name == "avx2" && hasAVX2:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Y, symsBF16Y, mergeBF16Y
-		splitFP16, mergeFP16 = splitFP16Go, mergeFP16Go
+		splitFP16, mergeFP16 = splitFP16Y, mergeFP16Y
 	default:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Go, symsBF16Go, mergeBF16Go
 		splitFP16, mergeFP16 = splitFP16Go, mergeFP16Go
@@ -116,6 +122,26 @@ func mergeFP16Z(dst, r8, syms []byte) {
 		mergeFP16AVX512(&dst[0], &r8[0], &syms[0], m)
 	}
 	mergeFP16Go(dst[128*m:2*n], r8[64*m:], syms[64*m:])
+}
+
+func splitFP16Y(r8, syms, src []byte) {
+	n := len(src) / 2
+	m := n / 32
+	if m > 0 {
+		_, _, _ = r8[32*m-1], syms[32*m-1], src[64*m-1]
+		splitFP16AVX2(&r8[0], &syms[0], &src[0], m)
+	}
+	splitFP16Go(r8[32*m:], syms[32*m:], src[64*m:2*n])
+}
+
+func mergeFP16Y(dst, r8, syms []byte) {
+	n := len(dst) / 2
+	m := n / 32
+	if m > 0 {
+		_, _, _ = dst[64*m-1], r8[32*m-1], syms[32*m-1]
+		mergeFP16AVX2(&dst[0], &r8[0], &syms[0], m)
+	}
+	mergeFP16Go(dst[64*m:2*n], r8[32*m:], syms[32*m:])
 }
 
 func splitBF16Y(r8, syms, src []byte) {

@@ -270,3 +270,61 @@ m2loop:
 m2done:
 	VZEROUPPER
 	RET
+
+// func splitFP16AVX2(r8, syms, src *byte, n32 int)
+TEXT ·splitFP16AVX2(SB), NOSPLIT, $0-32
+	MOVQ r8+0(FP), DI
+	MOVQ syms+8(FP), DX
+	MOVQ src+16(FP), SI
+	MOVQ n32+24(FP), CX
+	VPCMPEQW Y11, Y11, Y11
+	VPSRLW   $8, Y11, Y11 // 0x00ff in each word
+	TESTQ CX, CX
+	JZ   f2done
+f2loop:
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	VPSRLW  $8, Y0, Y2
+	VPSRLW  $8, Y1, Y3
+	VPACKUSWB Y3, Y2, Y2
+	VPERMQ  $0xD8, Y2, Y2
+	VMOVDQU Y2, (DX)
+	VPAND   Y11, Y0, Y0
+	VPAND   Y11, Y1, Y1
+	VPACKUSWB Y1, Y0, Y0
+	VPERMQ  $0xD8, Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  f2loop
+f2done:
+	VZEROUPPER
+	RET
+
+// func mergeFP16AVX2(dst, r8, syms *byte, n32 int)
+TEXT ·mergeFP16AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ r8+8(FP), SI
+	MOVQ syms+16(FP), DX
+	MOVQ n32+24(FP), CX
+	TESTQ CX, CX
+	JZ   g2done
+g2loop:
+	VMOVDQU (SI), Y0
+	VMOVDQU (DX), Y1
+	VPERMQ  $0xD8, Y0, Y0
+	VPERMQ  $0xD8, Y1, Y1
+	VPUNPCKLBW Y1, Y0, Y2
+	VPUNPCKHBW Y1, Y0, Y3
+	VMOVDQU Y2, (DI)
+	VMOVDQU Y3, 32(DI)
+	ADDQ $64, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  g2loop
+g2done:
+	VZEROUPPER
+	RET

@@ -35,6 +35,12 @@ func splitHalvesAVX512(hi, lo, src *byte, n32, pf int)
 func joinHalvesAVX512(dst, hi, lo *byte, n32 int)
 
 //go:noescape
+func splitHalvesAVX2(hi, lo, src *byte, n16, pf int)
+
+//go:noescape
+func joinHalvesAVX2(dst, hi, lo *byte, n16 int)
+
+//go:noescape
 func fp16ToPseudoAVX512(y, planes *byte, plen int, src *byte, n32, pf int)
 
 //go:noescape
@@ -43,7 +49,7 @@ func fp16FromPseudoAVX512(dst, y, planes *byte, plen int, n32 int) (bad bool)
 var (
 	avx512Set = kernelSet{name: "avx512", encode: encodeBF16AVX512Go, decode: decodeBF16AVX512Go, split: splitHalvesAVX512Go, join: joinHalvesAVX512Go,
 		toPseudo16: fp16ToPseudoAVX512Go, fromPseudo16: fp16FromPseudoAVX512Go}
-	avx2Set = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go, split: splitHalvesGo, join: joinHalvesGo,
+	avx2Set = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go, split: splitHalvesAVX2Go, join: joinHalvesAVX2Go,
 		toPseudo16: fp16ToPseudoGo, fromPseudo16: fp16FromPseudo}
 )
 
@@ -101,6 +107,26 @@ func joinHalvesAVX512Go(dst, hi, lo []byte) {
 		joinHalvesAVX512(&dst[0], &hi[0], &lo[0], m)
 	}
 	joinHalvesGo(dst[128*m:4*n], hi[64*m:], lo[64*m:])
+}
+
+func splitHalvesAVX2Go(hi, lo, src []byte, pf int) {
+	n := len(src) / 4
+	m := n / 16
+	if m > 0 {
+		_, _, _ = hi[32*m-1], lo[32*m-1], src[64*m-1]
+		splitHalvesAVX2(&hi[0], &lo[0], &src[0], m, pf)
+	}
+	splitHalvesGo(hi[32*m:], lo[32*m:], src[64*m:4*n], 0)
+}
+
+func joinHalvesAVX2Go(dst, hi, lo []byte) {
+	n := len(dst) / 4
+	m := n / 16
+	if m > 0 {
+		_, _, _ = dst[64*m-1], hi[32*m-1], lo[32*m-1]
+		joinHalvesAVX2(&dst[0], &hi[0], &lo[0], m)
+	}
+	joinHalvesGo(dst[64*m:4*n], hi[32*m:], lo[32*m:])
 }
 
 // fp16ToPseudoAVX512Go does 32 float16 per step in the kernel, the rest

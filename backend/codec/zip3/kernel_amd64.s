@@ -1460,3 +1460,67 @@ f16fdone:
 	SETNE     bad+40(FP)
 	VZEROUPPER
 	RET
+
+// func splitHalvesAVX2(hi, lo, src *byte, n16, pf int)
+TEXT ·splitHalvesAVX2(SB), NOSPLIT, $0-40
+	MOVQ hi+0(FP), DI
+	MOVQ lo+8(FP), DX
+	MOVQ src+16(FP), SI
+	MOVQ n16+24(FP), CX
+	MOVQ pf+32(FP), R12
+	VPCMPEQD Y11, Y11, Y11
+	VPSRLD   $16, Y11, Y11 // 0x0000ffff in each dword
+	TESTQ CX, CX
+	JZ   h2done
+
+h2loop:
+	PREFETCHT1 (SI)(R12*1)
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	VPSRLD  $16, Y0, Y2
+	VPSRLD  $16, Y1, Y3
+	VPACKUSDW Y3, Y2, Y2
+	VPERMQ  $0xD8, Y2, Y2
+	VMOVDQU Y2, (DI)
+	VPAND   Y11, Y0, Y0
+	VPAND   Y11, Y1, Y1
+	VPACKUSDW Y1, Y0, Y0
+	VPERMQ  $0xD8, Y0, Y0
+	VMOVDQU Y0, (DX)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  h2loop
+
+h2done:
+	VZEROUPPER
+	RET
+
+// func joinHalvesAVX2(dst, hi, lo *byte, n16 int)
+TEXT ·joinHalvesAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ hi+8(FP), SI
+	MOVQ lo+16(FP), DX
+	MOVQ n16+24(FP), CX
+	TESTQ CX, CX
+	JZ   j2done
+
+j2loop:
+	VMOVDQU (DX), Y0
+	VMOVDQU (SI), Y1
+	VPERMQ  $0xD8, Y0, Y0
+	VPERMQ  $0xD8, Y1, Y1
+	VPUNPCKLWD Y1, Y0, Y2
+	VPUNPCKHWD Y1, Y0, Y3
+	VMOVDQU Y2, (DI)
+	VMOVDQU Y3, 32(DI)
+	ADDQ $64, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  j2loop
+
+j2done:
+	VZEROUPPER
+	RET
