@@ -2,7 +2,11 @@
 
 package codec
 
-import "github.com/klauspost/cpuid/v2"
+import (
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/zipccl/zipccl/backend/codec/internal/vperm"
+)
 
 //go:noescape
 func splitBF16AVX512(r8, syms, src *byte, n64 int)
@@ -12,12 +16,6 @@ func symsBF16AVX512(syms, src *byte, n64 int)
 
 //go:noescape
 func mergeBF16AVX512(dst, r8, syms *byte, n64 int)
-
-//go:noescape
-func splitFP16AVX512(r8, syms, src *byte, n64 int)
-
-//go:noescape
-func mergeFP16AVX512(dst, r8, syms *byte, n64 int)
 
 //go:noescape
 func splitFP16AVX2(r8, syms, src *byte, n32 int)
@@ -104,12 +102,23 @@ func mergeBF16Z(dst, r8, syms []byte) {
 	mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
 }
 
+// Index tables of the float16 byte split and merge: the low and the high
+// bytes of a 128-byte chunk, and the two 64-byte halves of the chunk rebuilt
+// from 64 low bytes (first table) and 64 high bytes (second).
+var fp16Lo, fp16Hi, fp16Ilv0, fp16Ilv1 = func() (lo, hi, i0, i1 vperm.Table) {
+	for k := range lo {
+		lo[k], hi[k] = byte(2*k), byte(2*k+1)
+		i0[k], i1[k] = byte(k/2+64*(k%2)), byte(32+k/2+64*(k%2))
+	}
+	return
+}()
+
 func splitFP16Z(r8, syms, src []byte) {
 	n := len(src) / 2
 	m := n / 64
 	if m > 0 {
 		_, _, _ = r8[64*m-1], syms[64*m-1], src[128*m-1]
-		splitFP16AVX512(&r8[0], &syms[0], &src[0], m)
+		vperm.Deinterleave(&r8[0], &syms[0], &src[0], m, &fp16Lo, &fp16Hi, 0)
 	}
 	splitFP16Go(r8[64*m:], syms[64*m:], src[128*m:2*n])
 }
@@ -119,7 +128,7 @@ func mergeFP16Z(dst, r8, syms []byte) {
 	m := n / 64
 	if m > 0 {
 		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
-		mergeFP16AVX512(&dst[0], &r8[0], &syms[0], m)
+		vperm.Interleave(&dst[0], &r8[0], &syms[0], m, &fp16Ilv0, &fp16Ilv1)
 	}
 	mergeFP16Go(dst[128*m:2*n], r8[64*m:], syms[64*m:])
 }

@@ -11,15 +11,6 @@ DATA sgather<>+40(SB)/8, $0x5e5c5a5856545250
 DATA sgather<>+48(SB)/8, $0x6e6c6a6866646260
 DATA sgather<>+56(SB)/8, $0x7e7c7a7876747270
 GLOBL sgather<>(SB), RODATA|NOPTR, $64
-DATA sgatherHi<>+0(SB)/8, $0x0f0d0b0907050301
-DATA sgatherHi<>+8(SB)/8, $0x1f1d1b1917151311
-DATA sgatherHi<>+16(SB)/8, $0x2f2d2b2927252321
-DATA sgatherHi<>+24(SB)/8, $0x3f3d3b3937353331
-DATA sgatherHi<>+32(SB)/8, $0x4f4d4b4947454341
-DATA sgatherHi<>+40(SB)/8, $0x5f5d5b5957555351
-DATA sgatherHi<>+48(SB)/8, $0x6f6d6b6967656361
-DATA sgatherHi<>+56(SB)/8, $0x7f7d7b7977757371
-GLOBL sgatherHi<>(SB), RODATA|NOPTR, $64
 DATA silv0<>+0(SB)/8, $0x4303420241014000
 DATA silv0<>+8(SB)/8, $0x4707460645054404
 DATA silv0<>+16(SB)/8, $0x4b0b4a0a49094808
@@ -127,60 +118,6 @@ mloop:
 	DECQ CX
 	JNZ  mloop
 mdone:
-	VZEROUPPER
-	RET
-
-// func splitFP16AVX512(r8, syms, src *byte, n64 int)
-TEXT ·splitFP16AVX512(SB), NOSPLIT, $0-32
-	MOVQ r8+0(FP), DI
-	MOVQ syms+8(FP), DX
-	MOVQ src+16(FP), SI
-	MOVQ n64+24(FP), CX
-	VMOVDQU64 sgather<>(SB), Z24
-	VMOVDQU64 sgatherHi<>(SB), Z25
-	TESTQ CX, CX
-	JZ   hsdone
-hsloop:
-	VMOVDQU64 (SI), Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQA64 Z0, Z2
-	VPERMT2B  Z1, Z24, Z2
-	VPERMT2B  Z1, Z25, Z0
-	VMOVDQU64 Z2, (DI)
-	VMOVDQU64 Z0, (DX)
-	ADDQ $128, SI
-	ADDQ $64, DI
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  hsloop
-hsdone:
-	VZEROUPPER
-	RET
-
-// func mergeFP16AVX512(dst, r8, syms *byte, n64 int)
-TEXT ·mergeFP16AVX512(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ r8+8(FP), SI
-	MOVQ syms+16(FP), DX
-	MOVQ n64+24(FP), CX
-	VMOVDQU64 silv0<>(SB), Z24
-	VMOVDQU64 silv1<>(SB), Z25
-	TESTQ CX, CX
-	JZ   hmdone
-hmloop:
-	VMOVDQU64 (SI), Z0
-	VMOVDQU64 (DX), Z1
-	VMOVDQA64 Z0, Z2
-	VPERMT2B  Z1, Z24, Z2
-	VPERMT2B  Z1, Z25, Z0
-	VMOVDQU64 Z2, (DI)
-	VMOVDQU64 Z0, 64(DI)
-	ADDQ $128, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  hmloop
-hmdone:
 	VZEROUPPER
 	RET
 

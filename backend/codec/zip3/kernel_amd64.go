@@ -8,6 +8,7 @@ import (
 	"github.com/klauspost/cpuid/v2"
 
 	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
+	"github.com/zipccl/zipccl/backend/codec/internal/vperm"
 )
 
 //go:noescape
@@ -27,12 +28,6 @@ var HasAVX512 = cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL
 
 // HasAVX2 reports whether the AVX2 kernels can run on this CPU.
 var HasAVX2 = cpuid.CPU.Supports(cpuid.AVX2, cpuid.POPCNT)
-
-//go:noescape
-func splitHalvesAVX512(hi, lo, src *byte, n32, pf int)
-
-//go:noescape
-func joinHalvesAVX512(dst, hi, lo *byte, n32 int)
 
 //go:noescape
 func splitHalvesAVX2(hi, lo, src *byte, n16, pf int)
@@ -87,6 +82,22 @@ func UseKernel(name string) (restore func()) {
 	return use(portable)
 }
 
+// Index tables of the float32 half split and join: the high and the low
+// halves of the 32 floats of a 128-byte chunk, and floats 0-15 and 16-31
+// rebuilt from 32 low halves (first table) and 32 high halves (second).
+var halvesHi, halvesLo, halvesIlv0, halvesIlv1 = func() (hi, lo, i0, i1 vperm.Table) {
+	for k := range hi {
+		hi[k] = byte(4*(k/2) + 2 + k%2)
+		lo[k] = byte(4*(k/2) + k%2)
+		f, b := k/4, k%4
+		i0[k], i1[k] = byte(2*f+b), byte(2*(16+f)+b)
+		if b >= 2 {
+			i0[k], i1[k] = i0[k]+62, i1[k]+62 // from the high halves
+		}
+	}
+	return
+}()
+
 // splitHalvesAVX512Go splits 32 floats per step in the kernel, the rest in
 // Go. The kernel prefetches the lines pf bytes on (the next block's source).
 func splitHalvesAVX512Go(hi, lo, src []byte, pf int) {
@@ -94,7 +105,7 @@ func splitHalvesAVX512Go(hi, lo, src []byte, pf int) {
 	m := n / 32
 	if m > 0 {
 		_, _, _ = hi[64*m-1], lo[64*m-1], src[128*m-1]
-		splitHalvesAVX512(&hi[0], &lo[0], &src[0], m, pf)
+		vperm.Deinterleave(&hi[0], &lo[0], &src[0], m, &halvesHi, &halvesLo, pf)
 	}
 	splitHalvesGo(hi[64*m:], lo[64*m:], src[128*m:4*n], 0)
 }
@@ -104,7 +115,7 @@ func joinHalvesAVX512Go(dst, hi, lo []byte) {
 	m := n / 32
 	if m > 0 {
 		_, _, _ = dst[128*m-1], hi[64*m-1], lo[64*m-1]
-		joinHalvesAVX512(&dst[0], &hi[0], &lo[0], m)
+		vperm.Interleave(&dst[0], &lo[0], &hi[0], m, &halvesIlv0, &halvesIlv1)
 	}
 	joinHalvesGo(dst[128*m:4*n], hi[64*m:], lo[64*m:])
 }

@@ -56,45 +56,6 @@ DATA ramp<>+48(SB)/8, $0x3736353433323130
 DATA ramp<>+56(SB)/8, $0x3f3e3d3c3b3a3938
 GLOBL ramp<>(SB), RODATA|NOPTR, $64
 
-// Byte indices of the high (hwHi) and low (hwLo) 16-bit halves of the 32
-// float32 in two 64-byte tables, and of floats 0-15 (hwIlv0) and 16-31
-// (hwIlv1) rebuilt from 32 low halves (table 1) and 32 high halves (table 2).
-DATA hwHi<>+0(SB)/8, $0x0f0e0b0a07060302
-DATA hwHi<>+8(SB)/8, $0x1f1e1b1a17161312
-DATA hwHi<>+16(SB)/8, $0x2f2e2b2a27262322
-DATA hwHi<>+24(SB)/8, $0x3f3e3b3a37363332
-DATA hwHi<>+32(SB)/8, $0x4f4e4b4a47464342
-DATA hwHi<>+40(SB)/8, $0x5f5e5b5a57565352
-DATA hwHi<>+48(SB)/8, $0x6f6e6b6a67666362
-DATA hwHi<>+56(SB)/8, $0x7f7e7b7a77767372
-GLOBL hwHi<>(SB), RODATA|NOPTR, $64
-DATA hwLo<>+0(SB)/8, $0x0d0c090805040100
-DATA hwLo<>+8(SB)/8, $0x1d1c191815141110
-DATA hwLo<>+16(SB)/8, $0x2d2c292825242120
-DATA hwLo<>+24(SB)/8, $0x3d3c393835343130
-DATA hwLo<>+32(SB)/8, $0x4d4c494845444140
-DATA hwLo<>+40(SB)/8, $0x5d5c595855545150
-DATA hwLo<>+48(SB)/8, $0x6d6c696865646160
-DATA hwLo<>+56(SB)/8, $0x7d7c797875747170
-GLOBL hwLo<>(SB), RODATA|NOPTR, $64
-DATA hwIlv0<>+0(SB)/8, $0x4342030241400100
-DATA hwIlv0<>+8(SB)/8, $0x4746070645440504
-DATA hwIlv0<>+16(SB)/8, $0x4b4a0b0a49480908
-DATA hwIlv0<>+24(SB)/8, $0x4f4e0f0e4d4c0d0c
-DATA hwIlv0<>+32(SB)/8, $0x5352131251501110
-DATA hwIlv0<>+40(SB)/8, $0x5756171655541514
-DATA hwIlv0<>+48(SB)/8, $0x5b5a1b1a59581918
-DATA hwIlv0<>+56(SB)/8, $0x5f5e1f1e5d5c1d1c
-GLOBL hwIlv0<>(SB), RODATA|NOPTR, $64
-DATA hwIlv1<>+0(SB)/8, $0x6362232261602120
-DATA hwIlv1<>+8(SB)/8, $0x6766272665642524
-DATA hwIlv1<>+16(SB)/8, $0x6b6a2b2a69682928
-DATA hwIlv1<>+24(SB)/8, $0x6f6e2f2e6d6c2d2c
-DATA hwIlv1<>+32(SB)/8, $0x7372333271703130
-DATA hwIlv1<>+40(SB)/8, $0x7776373675743534
-DATA hwIlv1<>+48(SB)/8, $0x7b7a3b3a79783938
-DATA hwIlv1<>+56(SB)/8, $0x7f7e3f3e7d7c3d3c
-GLOBL hwIlv1<>(SB), RODATA|NOPTR, $64
 
 
 // FOLDFINISH reduces two 512-bit CRC accumulators (Z11 older, Z12 newer) to
@@ -1276,67 +1237,6 @@ DATA c04<>+8(SB)/8, $0x0404040404040404
 DATA c04<>+16(SB)/8, $0x0404040404040404
 DATA c04<>+24(SB)/8, $0x0404040404040404
 GLOBL c04<>(SB), RODATA|NOPTR, $32
-
-// func splitHalvesAVX512(hi, lo, src *byte, n32, pf int)
-TEXT ·splitHalvesAVX512(SB), NOSPLIT, $0-40
-	MOVQ hi+0(FP), DI
-	MOVQ lo+8(FP), DX
-	MOVQ src+16(FP), SI
-	MOVQ n32+24(FP), CX
-	MOVQ pf+32(FP), R12
-	VMOVDQU64 hwHi<>(SB), Z24
-	VMOVDQU64 hwLo<>(SB), Z25
-	TESTQ CX, CX
-	JZ   hsdone
-
-hsloop:
-	PREFETCHT1 (SI)(R12*1)
-	PREFETCHT1 64(SI)(R12*1)
-	VMOVDQU64 (SI), Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQA64 Z0, Z2
-	VPERMT2B  Z1, Z24, Z2
-	VPERMT2B  Z1, Z25, Z0
-	VMOVDQU64 Z2, (DI)
-	VMOVDQU64 Z0, (DX)
-	ADDQ $128, SI
-	ADDQ $64, DI
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  hsloop
-
-hsdone:
-	VZEROUPPER
-	RET
-
-// func joinHalvesAVX512(dst, hi, lo *byte, n32 int)
-TEXT ·joinHalvesAVX512(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ hi+8(FP), SI
-	MOVQ lo+16(FP), DX
-	MOVQ n32+24(FP), CX
-	VMOVDQU64 hwIlv0<>(SB), Z24
-	VMOVDQU64 hwIlv1<>(SB), Z25
-	TESTQ CX, CX
-	JZ   hjdone
-
-hjloop:
-	VMOVDQU64 (DX), Z0
-	VMOVDQU64 (SI), Z1
-	VMOVDQA64 Z0, Z2
-	VPERMT2B  Z1, Z24, Z2
-	VPERMT2B  Z1, Z25, Z0
-	VMOVDQU64 Z2, (DI)
-	VMOVDQU64 Z0, 64(DI)
-	ADDQ $128, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  hjloop
-
-hjdone:
-	VZEROUPPER
-	RET
 
 // fp16ToPseudoAVX512 writes, for 32 float16 x per step, the bf16-shaped
 // word (x&0x80)<<8 | (x>>10&0x1f)<<7 | x&0x7f and bit k of the three

@@ -1,0 +1,11 @@
+// Package vperm moves bytes between one buffer and two with 64-byte
+// two-table permutes (AVX-512 VBMI `VPERMT2B`): the codec's float32 half
+// split and join and its float16 byte split and merge. Callers pass the
+// index tables, check bounds, and handle the tail that is not a whole
+// 128-byte chunk. Only amd64 has it; callers select it with the CPU's
+// features.
+package vperm
+
+// Table is a VPERMT2B index table: entry k picks byte k of the result from
+// a 128-byte pair of registers (0-63 the first, 64-127 the second).
+type Table = [64]byte
