@@ -18,12 +18,6 @@ func symsBF16AVX512(syms, src *byte, n64 int)
 func mergeBF16AVX512(dst, r8, syms *byte, n64 int)
 
 //go:noescape
-func splitFP16AVX2(r8, syms, src *byte, n32 int)
-
-//go:noescape
-func mergeFP16AVX2(dst, r8, syms *byte, n32 int)
-
-//go:noescape
 func splitBF16AVX2(r8, syms, src *byte, n32 int)
 
 //go:noescape
@@ -138,7 +132,7 @@ func splitFP16Y(r8, syms, src []byte) {
 	m := n / 32
 	if m > 0 {
 		_, _, _ = r8[32*m-1], syms[32*m-1], src[64*m-1]
-		splitFP16AVX2(&r8[0], &syms[0], &src[0], m)
+		vperm.SplitBytesAVX2(&r8[0], &syms[0], &src[0], m, 0)
 	}
 	splitFP16Go(r8[32*m:], syms[32*m:], src[64*m:2*n])
 }
@@ -148,7 +142,7 @@ func mergeFP16Y(dst, r8, syms []byte) {
 	m := n / 32
 	if m > 0 {
 		_, _, _ = dst[64*m-1], r8[32*m-1], syms[32*m-1]
-		mergeFP16AVX2(&dst[0], &r8[0], &syms[0], m)
+		vperm.JoinBytesAVX2(&dst[0], &r8[0], &syms[0], m)
 	}
 	mergeFP16Go(dst[64*m:2*n], r8[32*m:], syms[32*m:])
 }

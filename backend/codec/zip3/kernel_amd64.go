@@ -30,12 +30,6 @@ var HasAVX512 = cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL
 var HasAVX2 = cpuid.CPU.Supports(cpuid.AVX2, cpuid.POPCNT)
 
 //go:noescape
-func splitHalvesAVX2(hi, lo, src *byte, n16, pf int)
-
-//go:noescape
-func joinHalvesAVX2(dst, hi, lo *byte, n16 int)
-
-//go:noescape
 func fp16ToPseudoAVX512(y, planes *byte, plen int, src *byte, n32, pf int)
 
 //go:noescape
@@ -125,7 +119,7 @@ func splitHalvesAVX2Go(hi, lo, src []byte, pf int) {
 	m := n / 16
 	if m > 0 {
 		_, _, _ = hi[32*m-1], lo[32*m-1], src[64*m-1]
-		splitHalvesAVX2(&hi[0], &lo[0], &src[0], m, pf)
+		vperm.SplitWordsAVX2(&lo[0], &hi[0], &src[0], m, pf)
 	}
 	splitHalvesGo(hi[32*m:], lo[32*m:], src[64*m:4*n], 0)
 }
@@ -135,7 +129,7 @@ func joinHalvesAVX2Go(dst, hi, lo []byte) {
 	m := n / 16
 	if m > 0 {
 		_, _, _ = dst[64*m-1], hi[32*m-1], lo[32*m-1]
-		joinHalvesAVX2(&dst[0], &hi[0], &lo[0], m)
+		vperm.JoinWordsAVX2(&dst[0], &lo[0], &hi[0], m)
 	}
 	joinHalvesGo(dst[64*m:4*n], hi[32*m:], lo[32*m:])
 }

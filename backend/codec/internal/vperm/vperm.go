@@ -1,8 +1,9 @@
-// Package vperm moves bytes between one buffer and two with 64-byte
-// two-table permutes (AVX-512 VBMI `VPERMT2B`): the codec's float32 half
-// split and join and its float16 byte split and merge. Callers pass the
-// index tables, check bounds, and handle the tail that is not a whole
-// 128-byte chunk. Only amd64 has it; callers select it with the CPU's
+// Package vperm moves bytes between one buffer and two: the codec's
+// float32 half split and join and its float16 byte split and merge. The
+// AVX-512 kernels use 64-byte two-table permutes (VBMI `VPERMT2B`) on
+// index tables the caller passes; the AVX2 kernels pack and unpack bytes
+// or 16-bit words. Callers check bounds and handle the tail that is not a
+// whole step. Only amd64 has it; callers select it with the CPU's
 // features.
 package vperm
 

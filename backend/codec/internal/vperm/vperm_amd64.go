@@ -15,3 +15,20 @@ func Deinterleave(a, b, src *byte, n int, ia, ib *Table, pf int)
 //
 //go:noescape
 func Interleave(dst, a, b *byte, n int, i0, i1 *Table)
+
+// The AVX2 kernels split 16-bit words into their low and high bytes
+// (Bytes) or 32-bit dwords into their low and high 16-bit halves (Words),
+// 64 source bytes a step, and join them back. The split prefetches the
+// lines pf bytes past each step (0: none).
+
+//go:noescape
+func SplitBytesAVX2(lo, hi, src *byte, n int, pf int)
+
+//go:noescape
+func SplitWordsAVX2(lo, hi, src *byte, n int, pf int)
+
+//go:noescape
+func JoinBytesAVX2(dst, lo, hi *byte, n int)
+
+//go:noescape
+func JoinWordsAVX2(dst, lo, hi *byte, n int)
