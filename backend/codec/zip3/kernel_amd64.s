@@ -1238,6 +1238,11 @@ DATA c04<>+16(SB)/8, $0x0404040404040404
 DATA c04<>+24(SB)/8, $0x0404040404040404
 GLOBL c04<>(SB), RODATA|NOPTR, $32
 
+// BCASTW sets every 16-bit word of Z to V; F16MASKS sets the float16
+// kernels' shared words: the low 7 bits, and bits 8, 9 and 15 (the residue).
+#define BCASTW(V, Z) MOVL V, AX; VPBROADCASTW AX, Z
+#define F16MASKS BCASTW($0x7f, Z22); BCASTW($0x100, Z23); BCASTW($0x200, Z24); BCASTW($0x8000, Z25)
+
 // fp16ToPseudoAVX512 writes, for 32 float16 x per step, the bf16-shaped
 // word (x&0x80)<<8 | (x>>10&0x1f)<<7 | x&0x7f and bit k of the three
 // residue planes' 32-bit words from bits 8, 9 and 15 of element k.
@@ -1251,16 +1256,8 @@ TEXT ·fp16ToPseudoAVX512(SB), NOSPLIT, $0-48
 	MOVQ src+24(FP), SI
 	MOVQ n32+32(FP), CX
 	MOVQ pf+40(FP), R12
-	MOVL $0x1f, AX
-	VPBROADCASTW AX, Z21
-	MOVL $0x7f, AX
-	VPBROADCASTW AX, Z22
-	MOVL $0x100, AX
-	VPBROADCASTW AX, Z23
-	MOVL $0x200, AX
-	VPBROADCASTW AX, Z24
-	MOVL $0x8000, AX
-	VPBROADCASTW AX, Z25
+	BCASTW($0x1f, Z21)
+	F16MASKS
 	TESTQ CX, CX
 	JZ   f16pdone
 
@@ -1308,20 +1305,10 @@ TEXT ·fp16FromPseudoAVX512(SB), NOSPLIT, $0-41
 	LEAQ (DX)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	MOVQ n32+32(FP), CX
-	MOVL $0xff, AX
-	VPBROADCASTW AX, Z20
-	MOVL $0x80, AX
-	VPBROADCASTW AX, Z21
-	MOVL $0x7f, AX
-	VPBROADCASTW AX, Z22
-	MOVL $0x100, AX
-	VPBROADCASTW AX, Z23
-	MOVL $0x200, AX
-	VPBROADCASTW AX, Z24
-	MOVL $0x8000, AX
-	VPBROADCASTW AX, Z25
-	MOVL $0xffe0, AX
-	VPBROADCASTW AX, Z26
+	BCASTW($0xff, Z20)
+	BCASTW($0x80, Z21)
+	F16MASKS
+	BCASTW($0xffe0, Z26)
 	VPXORQ Z10, Z10, Z10
 	TESTQ CX, CX
 	JZ   f16fdone

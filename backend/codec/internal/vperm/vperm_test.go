@@ -11,9 +11,9 @@ import (
 )
 
 // TestPermutes checks the two AVX-512 permute kernels against their
-// definition on random
-// tables and data, with unaligned buffers and guard bytes after them. The
-// AVX2 kernels are checked against the portable code by the codec tests.
+// definition on random tables and data, with unaligned buffers and guard
+// bytes after them. The AVX2 kernels are checked against the portable code
+// by the codec tests.
 func TestPermutes(t *testing.T) {
 	if !cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VBMI) {
 		t.Skip("no AVX-512 VBMI")
