@@ -35,11 +35,17 @@ func fp16ToPseudoAVX512(y, planes *byte, plen int, src *byte, n32, pf int)
 //go:noescape
 func fp16FromPseudoAVX512(dst, y, planes *byte, plen int, n32 int) (bad bool)
 
+//go:noescape
+func fp16ToPseudoAVX2(y, planes *byte, plen int, src *byte, n32, pf int)
+
+//go:noescape
+func fp16FromPseudoAVX2(dst, y, planes *byte, plen int, n32 int) (bad bool)
+
 var (
 	avx512Set = kernelSet{name: "avx512", encode: encodeBF16AVX512Go, decode: decodeBF16AVX512Go, split: splitHalvesAVX512Go, join: joinHalvesAVX512Go,
-		toPseudo16: fp16ToPseudoAVX512Go, fromPseudo16: fp16FromPseudoAVX512Go}
+		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX512), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX512)}
 	avx2Set = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go, split: splitHalvesAVX2Go, join: joinHalvesAVX2Go,
-		toPseudo16: fp16ToPseudoGo, fromPseudo16: fp16FromPseudo}
+		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX2), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX2)}
 )
 
 func init() {
@@ -134,29 +140,33 @@ func joinHalvesAVX2Go(dst, hi, lo []byte) {
 	joinHalvesGo(dst[64*m:4*n], hi[32*m:], lo[32*m:])
 }
 
-// fp16ToPseudoAVX512Go does 32 float16 per step in the kernel, the rest
-// (a partial group of planes) in Go. The kernel prefetches the lines pf
-// bytes on (the next block's source).
-func fp16ToPseudoAVX512Go(y, planes []byte, plen int, src []byte, pf int) {
-	n := len(src) / 2
-	m := n / 32
-	if m > 0 {
-		_, _, _ = y[64*m-1], planes[2*plen+4*m-1], src[64*m-1]
-		fp16ToPseudoAVX512(&y[0], &planes[0], plen, &src[0], m, pf)
+// fp16ToPseudoSIMD wraps a kernel that does 32 float16 a step; the rest (a
+// partial group of planes) is done in Go. The kernel prefetches the lines
+// pf bytes on (the next block's source).
+func fp16ToPseudoSIMD(kernel func(y, planes *byte, plen int, src *byte, n32, pf int)) func(y, planes []byte, plen int, src []byte, pf int) {
+	return func(y, planes []byte, plen int, src []byte, pf int) {
+		n := len(src) / 2
+		m := n / 32
+		if m > 0 {
+			_, _, _ = y[64*m-1], planes[2*plen+4*m-1], src[64*m-1]
+			kernel(&y[0], &planes[0], plen, &src[0], m, pf)
+		}
+		fp16ToPseudoGo(y[64*m:], planes[4*m:], plen, src[64*m:2*n], 0)
 	}
-	fp16ToPseudoGo(y[64*m:], planes[4*m:], plen, src[64*m:2*n], 0)
 }
 
-func fp16FromPseudoAVX512Go(dst, y, planes []byte, plen int) error {
-	n := len(dst) / 2
-	m := n / 32
-	if m > 0 {
-		_, _, _ = dst[64*m-1], y[64*m-1], planes[2*plen+4*m-1]
-		if fp16FromPseudoAVX512(&dst[0], &y[0], &planes[0], plen, m) {
-			return errFieldRange
+func fp16FromPseudoSIMD(kernel func(dst, y, planes *byte, plen int, n32 int) bool) func(dst, y, planes []byte, plen int) error {
+	return func(dst, y, planes []byte, plen int) error {
+		n := len(dst) / 2
+		m := n / 32
+		if m > 0 {
+			_, _, _ = dst[64*m-1], y[64*m-1], planes[2*plen+4*m-1]
+			if kernel(&dst[0], &y[0], &planes[0], plen, m) {
+				return errFieldRange
+			}
 		}
+		return fp16FromPseudo(dst[64*m:2*n], y[64*m:], planes[4*m:], plen)
 	}
-	return fp16FromPseudo(dst[64*m:2*n], y[64*m:], planes[4*m:], plen)
 }
 
 func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, _ mem) ([]byte, uint32) {

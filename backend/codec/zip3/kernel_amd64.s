@@ -1347,3 +1347,148 @@ f16fdone:
 	SETNE     bad+40(FP)
 	VZEROUPPER
 	RET
+
+// Words 1 << k, k = 0..15: a 16-bit mask broadcast to every word and ANDed
+// with these is nonzero in word k if bit k is set.
+DATA sel16<>+0(SB)/8, $0x0008000400020001
+DATA sel16<>+8(SB)/8, $0x0080004000200010
+DATA sel16<>+16(SB)/8, $0x0800040002000100
+DATA sel16<>+24(SB)/8, $0x8000400020001000
+GLOBL sel16<>(SB), RODATA|NOPTR, $32
+
+// F16FWD2 writes the pseudo words of the 16 float16 in R (AVX2; constants
+// Y11 0x1f, Y12 0x7f, Y13 0x8000), as fp16ToPseudoAVX512 does.
+#define F16FWD2(R, OFF) \
+	VPSLLW  $8, R, Y2 \
+	VPAND   Y13, Y2, Y2 \
+	VPSRLW  $10, R, Y3 \
+	VPAND   Y11, Y3, Y3 \
+	VPSLLW  $7, Y3, Y3 \
+	VPAND   Y12, R, Y4 \
+	VPOR    Y2, Y4, Y4 \
+	VPOR    Y3, Y4, Y4 \
+	VMOVDQU Y4, OFF(DI)
+
+// F16PLANE2 stores, for the 32 float16 in Y0 and Y1, the plane of the bit
+// that a left shift by S moves to bit 15: signed packing keeps each word's
+// sign in its byte, and VPMOVMSKB gathers the signs.
+#define F16PLANE2(S, DST) \
+	VPSLLW  S, Y0, Y5 \
+	VPSLLW  S, Y1, Y6 \
+	VPACKSSWB Y6, Y5, Y5 \
+	VPERMQ  $0xD8, Y5, Y5 \
+	VPMOVMSKB Y5, AX \
+	MOVL    AX, DST
+
+// func fp16ToPseudoAVX2(y, planes *byte, plen int, src *byte, n32, pf int)
+TEXT ·fp16ToPseudoAVX2(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), DI
+	MOVQ planes+8(FP), DX
+	MOVQ plen+16(FP), AX
+	LEAQ (DX)(AX*1), R8
+	LEAQ (R8)(AX*1), R9
+	MOVQ src+24(FP), SI
+	MOVQ n32+32(FP), CX
+	MOVQ pf+40(FP), R12
+	VPCMPEQW Y13, Y13, Y13
+	VPSRLW   $11, Y13, Y11 // 0x001f
+	VPSRLW   $9, Y13, Y12 // 0x007f
+	VPSLLW   $15, Y13, Y13 // 0x8000
+	TESTQ CX, CX
+	JZ   f16p2done
+
+f16p2loop:
+	PREFETCHT1 (SI)(R12*1)
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	F16FWD2(Y0, 0)
+	F16FWD2(Y1, 32)
+	F16PLANE2($7, (DX))
+	F16PLANE2($6, (R8))
+	F16PLANE2($0, (R9))
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $4, DX
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  f16p2loop
+
+f16p2done:
+	VZEROUPPER
+	RET
+
+// F16RES2 ORs into Y4 the residue bit BIT (a word constant) of the 16
+// elements whose plane bits are the low 16 bits of REG.
+#define F16RES2(REG, BIT) \
+	VMOVD   REG, X5 \
+	VPBROADCASTW X5, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPCMPEQW Y14, Y5, Y5 \
+	VPAND   BIT, Y5, Y5 \
+	VPOR    Y5, Y4, Y4
+
+// F16BACK2 rebuilds 16 float16 from the pseudo words at OFF(SI) and the
+// low 16 bits of R10, R11, R13 (planes of bits 8, 9, 15), as
+// fp16FromPseudoAVX512 does, and ORs their fields into Y10.
+#define F16BACK2(OFF) \
+	VMOVDQU OFF(SI), Y0 \
+	VPSRLW  $7, Y0, Y2 \
+	VPAND   Y11, Y2, Y2 \
+	VPOR    Y2, Y10, Y10 \
+	VPSRLW  $8, Y0, Y3 \
+	VPAND   Y13, Y3, Y3 \
+	VPAND   Y12, Y0, Y4 \
+	VPOR    Y3, Y4, Y4 \
+	VPSLLW  $10, Y2, Y2 \
+	VPOR    Y2, Y4, Y4 \
+	F16RES2(R10, Y6) \
+	F16RES2(R11, Y7) \
+	F16RES2(R13, Y8) \
+	VMOVDQU Y4, OFF(DI)
+
+// func fp16FromPseudoAVX2(dst, y, planes *byte, plen int, n32 int) (bad bool)
+TEXT ·fp16FromPseudoAVX2(SB), NOSPLIT, $0-41
+	MOVQ dst+0(FP), DI
+	MOVQ y+8(FP), SI
+	MOVQ planes+16(FP), DX
+	MOVQ plen+24(FP), AX
+	LEAQ (DX)(AX*1), R8
+	LEAQ (R8)(AX*1), R9
+	MOVQ n32+32(FP), CX
+	VPCMPEQW Y15, Y15, Y15
+	VPSRLW   $8, Y15, Y11 // 0x00ff
+	VPSRLW   $9, Y15, Y12 // 0x007f
+	VPSRLW   $15, Y15, Y9 // 0x0001
+	VPSLLW   $7, Y9, Y13 // 0x0080
+	VPSLLW   $8, Y9, Y6 // 0x0100
+	VPSLLW   $9, Y9, Y7 // 0x0200
+	VPSLLW   $15, Y15, Y8 // 0x8000
+	VMOVDQU  sel16<>(SB), Y14
+	VPXOR    Y10, Y10, Y10
+	TESTQ CX, CX
+	JZ   f16b2done
+
+f16b2loop:
+	MOVL (DX), R10
+	MOVL (R8), R11
+	MOVL (R9), R13
+	F16BACK2(0)
+	SHRL $16, R10
+	SHRL $16, R11
+	SHRL $16, R13
+	F16BACK2(32)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $4, DX
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  f16b2loop
+
+f16b2done:
+	VPSLLW  $5, Y15, Y15 // 0xffe0
+	VPTEST  Y15, Y10
+	SETNE   bad+40(FP)
+	VZEROUPPER
+	RET
