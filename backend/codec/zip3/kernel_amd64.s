@@ -1238,6 +1238,12 @@ DATA c04<>+16(SB)/8, $0x0404040404040404
 DATA c04<>+24(SB)/8, $0x0404040404040404
 GLOBL c04<>(SB), RODATA|NOPTR, $32
 
+// The float16 kernels' arguments (planes at DX, R8, R9) and their step to
+// the next 32 elements.
+#define F16FWDARGS MOVQ y+0(FP), DI; MOVQ planes+8(FP), DX; MOVQ plen+16(FP), AX; LEAQ (DX)(AX*1), R8; LEAQ (R8)(AX*1), R9; MOVQ src+24(FP), SI; MOVQ n32+32(FP), CX; MOVQ pf+40(FP), R12
+#define F16BACKARGS MOVQ dst+0(FP), DI; MOVQ y+8(FP), SI; MOVQ planes+16(FP), DX; MOVQ plen+24(FP), AX; LEAQ (DX)(AX*1), R8; LEAQ (R8)(AX*1), R9; MOVQ n32+32(FP), CX
+#define F16NEXT ADDQ $64, SI; ADDQ $64, DI; ADDQ $4, DX; ADDQ $4, R8; ADDQ $4, R9
+
 // BCASTW sets every 16-bit word of Z to V; F16MASKS sets the float16
 // kernels' shared words: the low 7 bits, and bits 8, 9 and 15 (the residue).
 #define BCASTW(V, Z) MOVL V, AX; VPBROADCASTW AX, Z
@@ -1248,14 +1254,7 @@ GLOBL c04<>(SB), RODATA|NOPTR, $32
 // residue planes' 32-bit words from bits 8, 9 and 15 of element k.
 // func fp16ToPseudoAVX512(y, planes *byte, plen int, src *byte, n32, pf int)
 TEXT ·fp16ToPseudoAVX512(SB), NOSPLIT, $0-48
-	MOVQ y+0(FP), DI
-	MOVQ planes+8(FP), DX
-	MOVQ plen+16(FP), AX
-	LEAQ (DX)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	MOVQ src+24(FP), SI
-	MOVQ n32+32(FP), CX
-	MOVQ pf+40(FP), R12
+	F16FWDARGS
 	BCASTW($0x1f, Z21)
 	F16MASKS
 	TESTQ CX, CX
@@ -1281,11 +1280,7 @@ f16ploop:
 	VPTESTMW  Z25, Z0, K3
 	KMOVD     K3, AX
 	MOVL      AX, (R9)
-	ADDQ $64, SI
-	ADDQ $64, DI
-	ADDQ $4, DX
-	ADDQ $4, R8
-	ADDQ $4, R9
+	F16NEXT
 	DECQ CX
 	JNZ  f16ploop
 
@@ -1298,13 +1293,7 @@ f16pdone:
 // any field is above 31, which no valid block holds.
 // func fp16FromPseudoAVX512(dst, y, planes *byte, plen int, n32 int) (bad bool)
 TEXT ·fp16FromPseudoAVX512(SB), NOSPLIT, $0-41
-	MOVQ dst+0(FP), DI
-	MOVQ y+8(FP), SI
-	MOVQ planes+16(FP), DX
-	MOVQ plen+24(FP), AX
-	LEAQ (DX)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	MOVQ n32+32(FP), CX
+	F16BACKARGS
 	BCASTW($0xff, Z20)
 	BCASTW($0x80, Z21)
 	F16MASKS
@@ -1333,11 +1322,7 @@ f16floop:
 	VPORD     Z25, Z4, Z5
 	VMOVDQU16 Z5, K3, Z4
 	VMOVDQU64 Z4, (DI)
-	ADDQ $64, SI
-	ADDQ $64, DI
-	ADDQ $4, DX
-	ADDQ $4, R8
-	ADDQ $4, R9
+	F16NEXT
 	DECQ CX
 	JNZ  f16floop
 
@@ -1382,14 +1367,7 @@ GLOBL sel16<>(SB), RODATA|NOPTR, $32
 
 // func fp16ToPseudoAVX2(y, planes *byte, plen int, src *byte, n32, pf int)
 TEXT ·fp16ToPseudoAVX2(SB), NOSPLIT, $0-48
-	MOVQ y+0(FP), DI
-	MOVQ planes+8(FP), DX
-	MOVQ plen+16(FP), AX
-	LEAQ (DX)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	MOVQ src+24(FP), SI
-	MOVQ n32+32(FP), CX
-	MOVQ pf+40(FP), R12
+	F16FWDARGS
 	VPCMPEQW Y13, Y13, Y13
 	VPSRLW   $11, Y13, Y11 // 0x001f
 	VPSRLW   $9, Y13, Y12 // 0x007f
@@ -1406,11 +1384,7 @@ f16p2loop:
 	F16PLANE2($7, (DX))
 	F16PLANE2($6, (R8))
 	F16PLANE2($0, (R9))
-	ADDQ $64, SI
-	ADDQ $64, DI
-	ADDQ $4, DX
-	ADDQ $4, R8
-	ADDQ $4, R9
+	F16NEXT
 	DECQ CX
 	JNZ  f16p2loop
 
@@ -1449,13 +1423,7 @@ f16p2done:
 
 // func fp16FromPseudoAVX2(dst, y, planes *byte, plen int, n32 int) (bad bool)
 TEXT ·fp16FromPseudoAVX2(SB), NOSPLIT, $0-41
-	MOVQ dst+0(FP), DI
-	MOVQ y+8(FP), SI
-	MOVQ planes+16(FP), DX
-	MOVQ plen+24(FP), AX
-	LEAQ (DX)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	MOVQ n32+32(FP), CX
+	F16BACKARGS
 	VPCMPEQW Y15, Y15, Y15
 	VPSRLW   $8, Y15, Y11 // 0x00ff
 	VPSRLW   $9, Y15, Y12 // 0x007f
@@ -1478,11 +1446,7 @@ f16b2loop:
 	SHRL $16, R11
 	SHRL $16, R13
 	F16BACK2(32)
-	ADDQ $64, SI
-	ADDQ $64, DI
-	ADDQ $4, DX
-	ADDQ $4, R8
-	ADDQ $4, R9
+	F16NEXT
 	DECQ CX
 	JNZ  f16b2loop
 
