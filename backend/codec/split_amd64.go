@@ -107,45 +107,38 @@ var fp16Lo, fp16Hi, fp16Ilv0, fp16Ilv1 = func() (lo, hi, i0, i1 vperm.Table) {
 	return
 }()
 
-func splitFP16Z(r8, syms, src []byte) {
-	n := len(src) / 2
-	m := n / 64
-	if m > 0 {
-		_, _, _ = r8[64*m-1], syms[64*m-1], src[128*m-1]
-		vperm.Deinterleave(&r8[0], &syms[0], &src[0], m, &fp16Lo, &fp16Hi, 0)
+// splitFP16SIMD wraps a kernel that splits step float16 a step; the rest
+// is done in Go.
+func splitFP16SIMD(step int, kernel func(r8, syms, src *byte, n int)) func(r8, syms, src []byte) {
+	return func(r8, syms, src []byte) {
+		n := len(src) / 2
+		m := n / step
+		if m > 0 {
+			_, _, _ = r8[step*m-1], syms[step*m-1], src[2*step*m-1]
+			kernel(&r8[0], &syms[0], &src[0], m)
+		}
+		splitFP16Go(r8[step*m:], syms[step*m:], src[2*step*m:2*n])
 	}
-	splitFP16Go(r8[64*m:], syms[64*m:], src[128*m:2*n])
 }
 
-func mergeFP16Z(dst, r8, syms []byte) {
-	n := len(dst) / 2
-	m := n / 64
-	if m > 0 {
-		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
-		vperm.Interleave(&dst[0], &r8[0], &syms[0], m, &fp16Ilv0, &fp16Ilv1)
+func mergeFP16SIMD(step int, kernel func(dst, r8, syms *byte, n int)) func(dst, r8, syms []byte) {
+	return func(dst, r8, syms []byte) {
+		n := len(dst) / 2
+		m := n / step
+		if m > 0 {
+			_, _, _ = dst[2*step*m-1], r8[step*m-1], syms[step*m-1]
+			kernel(&dst[0], &r8[0], &syms[0], m)
+		}
+		mergeFP16Go(dst[2*step*m:2*n], r8[step*m:], syms[step*m:])
 	}
-	mergeFP16Go(dst[128*m:2*n], r8[64*m:], syms[64*m:])
 }
 
-func splitFP16Y(r8, syms, src []byte) {
-	n := len(src) / 2
-	m := n / 32
-	if m > 0 {
-		_, _, _ = r8[32*m-1], syms[32*m-1], src[64*m-1]
-		vperm.SplitBytesAVX2(&r8[0], &syms[0], &src[0], m, 0)
-	}
-	splitFP16Go(r8[32*m:], syms[32*m:], src[64*m:2*n])
-}
-
-func mergeFP16Y(dst, r8, syms []byte) {
-	n := len(dst) / 2
-	m := n / 32
-	if m > 0 {
-		_, _, _ = dst[64*m-1], r8[32*m-1], syms[32*m-1]
-		vperm.JoinBytesAVX2(&dst[0], &r8[0], &syms[0], m)
-	}
-	mergeFP16Go(dst[64*m:2*n], r8[32*m:], syms[32*m:])
-}
+var (
+	splitFP16Z = splitFP16SIMD(64, func(r8, syms, src *byte, n int) { vperm.Deinterleave(r8, syms, src, n, &fp16Lo, &fp16Hi, 0) })
+	mergeFP16Z = mergeFP16SIMD(64, func(dst, r8, syms *byte, n int) { vperm.Interleave(dst, r8, syms, n, &fp16Ilv0, &fp16Ilv1) })
+	splitFP16Y = splitFP16SIMD(32, func(r8, syms, src *byte, n int) { vperm.SplitBytesAVX2(r8, syms, src, n, 0) })
+	mergeFP16Y = mergeFP16SIMD(32, vperm.JoinBytesAVX2)
+)
 
 func splitBF16Y(r8, syms, src []byte) {
 	n := len(src) / 2

@@ -42,9 +42,17 @@ func fp16ToPseudoAVX2(y, planes *byte, plen int, src *byte, n32, pf int)
 func fp16FromPseudoAVX2(dst, y, planes *byte, plen int, n32 int) (bad bool)
 
 var (
-	avx512Set = kernelSet{name: "avx512", encode: encodeBF16AVX512Go, decode: decodeBF16AVX512Go, split: splitHalvesAVX512Go, join: joinHalvesAVX512Go,
+	avx512Set = kernelSet{name: "avx512", encode: encodeBF16AVX512Go, decode: decodeBF16AVX512Go,
+		split: splitHalvesSIMD(32, func(hi, lo, src *byte, n, pf int) {
+			vperm.Deinterleave(hi, lo, src, n, &halvesHi, &halvesLo, pf)
+		}),
+		join: joinHalvesSIMD(32, func(dst, hi, lo *byte, n int) {
+			vperm.Interleave(dst, lo, hi, n, &halvesIlv0, &halvesIlv1)
+		}),
 		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX512), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX512)}
-	avx2Set = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go, split: splitHalvesAVX2Go, join: joinHalvesAVX2Go,
+	avx2Set = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go,
+		split:      splitHalvesSIMD(16, func(hi, lo, src *byte, n, pf int) { vperm.SplitWordsAVX2(lo, hi, src, n, pf) }),
+		join:       joinHalvesSIMD(16, func(dst, hi, lo *byte, n int) { vperm.JoinWordsAVX2(dst, lo, hi, n) }),
 		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX2), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX2)}
 )
 
@@ -98,46 +106,31 @@ var halvesHi, halvesLo, halvesIlv0, halvesIlv1 = func() (hi, lo, i0, i1 vperm.Ta
 	return
 }()
 
-// splitHalvesAVX512Go splits 32 floats per step in the kernel, the rest in
-// Go. The kernel prefetches the lines pf bytes on (the next block's source).
-func splitHalvesAVX512Go(hi, lo, src []byte, pf int) {
-	n := len(src) / 4
-	m := n / 32
-	if m > 0 {
-		_, _, _ = hi[64*m-1], lo[64*m-1], src[128*m-1]
-		vperm.Deinterleave(&hi[0], &lo[0], &src[0], m, &halvesHi, &halvesLo, pf)
+// splitHalvesSIMD wraps a kernel that splits step floats a step; the rest
+// is done in Go. The kernel prefetches the lines pf bytes on (the next
+// block's source).
+func splitHalvesSIMD(step int, kernel func(hi, lo, src *byte, n, pf int)) func(hi, lo, src []byte, pf int) {
+	return func(hi, lo, src []byte, pf int) {
+		n := len(src) / 4
+		m := n / step
+		if m > 0 {
+			_, _, _ = hi[2*step*m-1], lo[2*step*m-1], src[4*step*m-1]
+			kernel(&hi[0], &lo[0], &src[0], m, pf)
+		}
+		splitHalvesGo(hi[2*step*m:], lo[2*step*m:], src[4*step*m:4*n], 0)
 	}
-	splitHalvesGo(hi[64*m:], lo[64*m:], src[128*m:4*n], 0)
 }
 
-func joinHalvesAVX512Go(dst, hi, lo []byte) {
-	n := len(dst) / 4
-	m := n / 32
-	if m > 0 {
-		_, _, _ = dst[128*m-1], hi[64*m-1], lo[64*m-1]
-		vperm.Interleave(&dst[0], &lo[0], &hi[0], m, &halvesIlv0, &halvesIlv1)
+func joinHalvesSIMD(step int, kernel func(dst, hi, lo *byte, n int)) func(dst, hi, lo []byte) {
+	return func(dst, hi, lo []byte) {
+		n := len(dst) / 4
+		m := n / step
+		if m > 0 {
+			_, _, _ = dst[4*step*m-1], hi[2*step*m-1], lo[2*step*m-1]
+			kernel(&dst[0], &hi[0], &lo[0], m)
+		}
+		joinHalvesGo(dst[4*step*m:4*n], hi[2*step*m:], lo[2*step*m:])
 	}
-	joinHalvesGo(dst[128*m:4*n], hi[64*m:], lo[64*m:])
-}
-
-func splitHalvesAVX2Go(hi, lo, src []byte, pf int) {
-	n := len(src) / 4
-	m := n / 16
-	if m > 0 {
-		_, _, _ = hi[32*m-1], lo[32*m-1], src[64*m-1]
-		vperm.SplitWordsAVX2(&lo[0], &hi[0], &src[0], m, pf)
-	}
-	splitHalvesGo(hi[32*m:], lo[32*m:], src[64*m:4*n], 0)
-}
-
-func joinHalvesAVX2Go(dst, hi, lo []byte) {
-	n := len(dst) / 4
-	m := n / 16
-	if m > 0 {
-		_, _, _ = dst[64*m-1], hi[32*m-1], lo[32*m-1]
-		vperm.JoinWordsAVX2(&dst[0], &lo[0], &hi[0], m)
-	}
-	joinHalvesGo(dst[64*m:4*n], hi[32*m:], lo[32*m:])
 }
 
 // fp16ToPseudoSIMD wraps a kernel that does 32 float16 a step; the rest (a
