@@ -51,3 +51,23 @@ func BenchmarkKernels(b *testing.B) {
 		b.Run("decode/"+k, func(b *testing.B) { benchBlocks(b, k, true) })
 	}
 }
+
+// BenchmarkChooseWindow picks the window of one cached full block, per
+// kernel set (bf16 sums its sample in SIMD; benchmarks/CODEC.md, "The
+// window sample in SIMD").
+func BenchmarkChooseWindow(b *testing.B) {
+	for _, f := range []Format{BF16, FP16, FP32} {
+		src := randBytes(fullN*f.ElemSize(), 3)
+		if f == BF16 {
+			src = gaussBF16(fullN, 0.02, 1)
+		}
+		for _, k := range Kernels() {
+			b.Run(f.String()+"/"+k, func(b *testing.B) {
+				defer UseKernel(k)()
+				for i := 0; i < b.N; i++ {
+					ChooseWindow(f, src, fullN)
+				}
+			})
+		}
+	}
+}

@@ -30,6 +30,12 @@ var HasAVX512 = cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL
 var HasAVX2 = cpuid.CPU.Supports(cpuid.AVX2, cpuid.POPCNT)
 
 //go:noescape
+func sampleBF16AVX512(src *byte, pos *[SampleSize]int32) (sum uint64, nz, zc int)
+
+//go:noescape
+func sampleBF16AVX2(src *byte, pos *[SampleSize]int32) (sum uint64, nz, zc int)
+
+//go:noescape
 func fp16ToPseudoAVX512(y, planes *byte, plen int, src *byte, n32, pf int)
 
 //go:noescape
@@ -49,11 +55,13 @@ var (
 		join: joinHalvesSIMD(32, func(dst, hi, lo *byte, n int) {
 			vperm.Interleave(dst, lo, hi, n, &halvesIlv0, &halvesIlv1)
 		}),
-		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX512), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX512)}
+		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX512), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX512),
+		sample: sampleSIMD(sampleBF16AVX512)}
 	avx2Set = kernelSet{name: "avx2", encode: encodeBF16AVX2Go, decode: decodeBF16AVX2Go,
 		split:      splitHalvesSIMD(16, func(hi, lo, src *byte, n, pf int) { vperm.SplitWordsAVX2(lo, hi, src, n, pf) }),
 		join:       joinHalvesSIMD(16, func(dst, hi, lo *byte, n int) { vperm.JoinWordsAVX2(dst, lo, hi, n) }),
-		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX2), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX2)}
+		toPseudo16: fp16ToPseudoSIMD(fp16ToPseudoAVX2), fromPseudo16: fp16FromPseudoSIMD(fp16FromPseudoAVX2),
+		sample: sampleSIMD(sampleBF16AVX2)}
 )
 
 func init() {
@@ -131,6 +139,12 @@ func joinHalvesSIMD(step int, kernel func(dst, hi, lo *byte, n int)) func(dst, h
 		}
 		joinHalvesGo(dst[4*step*m:4*n], hi[2*step*m:], lo[2*step*m:])
 	}
+}
+
+// sampleSIMD wraps a kernel that gathers and sums the window sample of a
+// full bf16 block (fullPos).
+func sampleSIMD(kernel func(src *byte, pos *[SampleSize]int32) (uint64, int, int)) func(b *[2 * fullN]byte) (uint64, int, int) {
+	return func(b *[2 * fullN]byte) (uint64, int, int) { return kernel(&b[0], &fullPos) }
 }
 
 // fp16ToPseudoSIMD wraps a kernel that does 32 float16 a step; the rest (a

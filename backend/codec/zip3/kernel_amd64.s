@@ -1456,3 +1456,112 @@ f16b2done:
 	SETNE   bad+40(FP)
 	VZEROUPPER
 	RET
+
+// func sampleBF16AVX512(src *byte, pos *[64]int32) (sum uint64, nz, zc int)
+// Sums the magnitudes of the 64 sampled elements whose exponent field is
+// neither 0 nor 255 (nz of them), and counts the zero fields (zc), as
+// ChooseWindow's loop does. Each gather reads the dword at element pos:
+// the element in its low half (the positions stop short of the block's
+// last element, so the read stays inside the block).
+TEXT ·sampleBF16AVX512(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ pos+8(FP), DI
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z20
+	MOVL $1, AX
+	VPBROADCASTD AX, Z21
+	MOVL $254, AX
+	VPBROADCASTD AX, Z22
+	VPXORD Z10, Z10, Z10
+	XORQ R8, R8
+	XORQ R9, R9
+	MOVQ $4, CX
+
+sloop:
+	VMOVDQU32 (DI), Z0
+	KXNORW K1, K1, K1
+	VPXORD Z1, Z1, Z1
+	VPGATHERDD (SI)(Z0*2), K1, Z1
+	VPANDD Z20, Z1, Z1
+	VPSRLD $7, Z1, Z2
+	VPTESTNMD Z2, Z2, K2
+	VPSUBD Z21, Z2, Z2
+	VPCMPUD $1, Z22, Z2, K3
+	VPADDD Z1, Z10, K3, Z10
+	KMOVW K2, AX
+	POPCNTL AX, AX
+	ADDQ AX, R9
+	KMOVW K3, AX
+	POPCNTL AX, AX
+	ADDQ AX, R8
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  sloop
+
+	VEXTRACTI64X4 $1, Z10, Y11
+	VPADDD Y11, Y10, Y10
+	VEXTRACTI128 $1, Y10, X11
+	VPADDD X11, X10, X10
+	VPSHUFD $0x4e, X10, X11
+	VPADDD X11, X10, X10
+	VPSHUFD $0xb1, X10, X11
+	VPADDD X11, X10, X10
+	VMOVD X10, AX
+	MOVQ AX, sum+16(FP)
+	MOVQ R8, nz+24(FP)
+	MOVQ R9, zc+32(FP)
+	VZEROUPPER
+	RET
+
+// func sampleBF16AVX2(src *byte, pos *[64]int32) (sum uint64, nz, zc int)
+// As sampleBF16AVX512, eight elements a gather.
+TEXT ·sampleBF16AVX2(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ pos+8(FP), DI
+	MOVL $0x7fff, AX
+	MOVQ AX, X8
+	VPBROADCASTD X8, Y8
+	MOVL $255, AX
+	MOVQ AX, X9
+	VPBROADCASTD X9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	XORQ R8, R8
+	XORQ R9, R9
+	MOVQ $8, CX
+
+s2loop:
+	VMOVDQU (DI), Y0
+	VPCMPEQD Y2, Y2, Y2
+	VPXOR Y1, Y1, Y1
+	VPGATHERDD Y2, (SI)(Y0*2), Y1
+	VPAND Y8, Y1, Y1
+	VPSRLD $7, Y1, Y3
+	VPCMPEQD Y11, Y3, Y4
+	VMOVMSKPS Y4, AX
+	POPCNTL AX, AX
+	ADDQ AX, R9
+	VPCMPGTD Y11, Y3, Y5
+	VPCMPGTD Y3, Y9, Y6
+	VPAND Y6, Y5, Y5
+	VPAND Y5, Y1, Y1
+	VPADDD Y1, Y10, Y10
+	VMOVMSKPS Y5, AX
+	POPCNTL AX, AX
+	ADDQ AX, R8
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  s2loop
+
+	VEXTRACTI128 $1, Y10, X11
+	VPADDD X11, X10, X10
+	VPSHUFD $0x4e, X10, X11
+	VPADDD X11, X10, X10
+	VPSHUFD $0xb1, X10, X11
+	VPADDD X11, X10, X10
+	VMOVD X10, AX
+	MOVQ AX, sum+16(FP)
+	MOVQ R8, nz+24(FP)
+	MOVQ R9, zc+32(FP)
+	VZEROUPPER
+	RET

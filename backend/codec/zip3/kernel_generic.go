@@ -16,10 +16,12 @@ type kernelSet struct {
 	// float16: pseudo bf16 words and residue planes, and back
 	toPseudo16   func(y, planes []byte, plen int, src []byte, pf int)
 	fromPseudo16 func(dst, y, planes []byte, plen int) error
+	// sample sums ChooseWindow's sample of a full bf16 block
+	sample func(b *[2 * fullN]byte) (sum uint64, nz, zc int)
 }
 
 var portable = kernelSet{name: "go", encode: encodeBF16Go, decode: decodeBF16GoK, split: splitHalvesGo, join: joinHalvesGo,
-	toPseudo16: fp16ToPseudoGo, fromPseudo16: fp16FromPseudo}
+	toPseudo16: fp16ToPseudoGo, fromPseudo16: fp16FromPseudo, sample: sampleBF16Go}
 
 var active = portable
 

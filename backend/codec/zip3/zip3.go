@@ -209,7 +209,9 @@ func SamplePos(k, n int) int {
 	return k*int(t) + int((h>>16)%t)
 }
 
-// fullPos caches the sample positions of a block of fullN elements.
+// fullPos caches the sample positions of a block of fullN elements. The
+// SIMD sample kernels read 4 bytes at each, which the positions allow:
+// none is the block's last element (TestSampleEveryKernel).
 const fullN = 1 << 14
 
 var fullPos = func() (p [SampleSize]int32) {
@@ -227,19 +229,7 @@ func ChooseWindow(f Format, src []byte, n int) Window {
 		cnt = SampleSize
 	}
 	if f == BF16 && n == fullN && len(src) >= 2*fullN {
-		// fast path for full bf16 blocks
-		var sum uint64
-		nz, zc := 0, 0
-		for _, i := range fullPos {
-			m := uint32(src[2*i]) | uint32(src[2*i+1]&0x7f)<<8
-			switch field := m >> 7; {
-			case field == 0:
-				zc++
-			case field < 255:
-				sum += uint64(m)
-				nz++
-			}
-		}
+		sum, nz, zc := active.sample((*[2 * fullN]byte)(src))
 		return windowFromSums(f, sum, nz, zc, cnt)
 	}
 	magMask := uint32(1)<<(s.expShift+s.expBits) - 1
@@ -248,7 +238,10 @@ func ChooseWindow(f Format, src []byte, n int) Window {
 	nz, zc := 0, 0
 	for k := 0; k < cnt; k++ {
 		i := k
-		if n > SampleSize {
+		switch {
+		case n == fullN:
+			i = int(fullPos[k])
+		case n > SampleSize:
 			i = SamplePos(k, n)
 		}
 		m := load(src, i, s.size) & magMask
@@ -261,6 +254,23 @@ func ChooseWindow(f Format, src []byte, n int) Window {
 		}
 	}
 	return windowFromSums(f, sum, nz, zc, cnt)
+}
+
+// sampleBF16Go sums the sample of a full bf16 block: the magnitudes of
+// the elements whose field is neither 0 nor 255 (nz of them), and the
+// number of zero fields (zc).
+func sampleBF16Go(b *[2 * fullN]byte) (sum uint64, nz, zc int) {
+	for _, i := range fullPos {
+		m := uint32(b[2*i]) | uint32(b[2*i+1]&0x7f)<<8
+		switch field := m >> 7; {
+		case field == 0:
+			zc++
+		case field < 255:
+			sum += uint64(m)
+			nz++
+		}
+	}
+	return
 }
 
 func windowFromSums(f Format, sum uint64, nz, zc, cnt int) Window {

@@ -287,3 +287,47 @@ func TestFP16EveryKernel(t *testing.T) {
 		restore()
 	}
 }
+
+// TestSampleEveryKernel checks each kernel set's sums of a full bf16
+// block's window sample against a loop over SamplePos: on random bytes,
+// and with the sampled elements' fields set to 0, 1, 254 and 255 in turn.
+func TestSampleEveryKernel(t *testing.T) {
+	// the SIMD gathers read 4 bytes at each sampled element
+	for _, p := range fullPos {
+		if p > fullN-2 {
+			t.Fatalf("sample at %d: a 4-byte read there leaves the block", p)
+		}
+	}
+	want := func(b []byte) (sum uint64, nz, zc int) {
+		for k := 0; k < SampleSize; k++ {
+			i := SamplePos(k, fullN)
+			m := uint32(binary.LittleEndian.Uint16(b[2*i:])) & 0x7fff
+			if f := m >> 7; f == 0 {
+				zc++
+			} else if f != 255 {
+				sum += uint64(m)
+				nz++
+			}
+		}
+		return
+	}
+	for _, kn := range Kernels() {
+		restore := UseKernel(kn)
+		for seed := uint64(0); seed < 8; seed++ {
+			b := randBytes(2*fullN, seed)
+			if seed > 0 {
+				for k, i := range fullPos {
+					f := []uint16{0, 1, 254, 255, uint16(seed)}[(k+int(seed))%5]
+					v := binary.LittleEndian.Uint16(b[2*i:])
+					binary.LittleEndian.PutUint16(b[2*i:], v&0x807f|f<<7)
+				}
+			}
+			s, nz, zc := active.sample((*[2 * fullN]byte)(b))
+			ws, wnz, wzc := want(b)
+			if s != ws || nz != wnz || zc != wzc {
+				t.Fatalf("kernel %s seed %d: sample sums (%d, %d, %d), want (%d, %d, %d)", kn, seed, s, nz, zc, ws, wnz, wzc)
+			}
+		}
+		restore()
+	}
+}
