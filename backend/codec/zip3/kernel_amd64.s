@@ -122,7 +122,7 @@ GLOBL ramp<>(SB), RODATA|NOPTR, $64
 // next fold picks it up (a CRC register XORed into the following data's
 // first four bytes is the same CRC). The last remainder is returned.
 // R8STORE stores the R8 vector (Z2).
-#define ENCSTEP(ZFIX, R8STORE) \
+#define ENCSTEP(ZFIX, R8STORE, BIG, BACK) \
 	PREFETCHT1 (SI)(R12*1) \
 	PREFETCHT1 64(SI)(R12*1) \
 	VMOVDQU64 (SI), Z0 \
@@ -165,9 +165,12 @@ GLOBL ramp<>(SB), RODATA|NOPTR, $64
 	KMOVQ     K5, AX \
 	MOVQ      AX, (R9) \
 	VPCOMPRESSB Z3, K4, Z10 \
-	VMOVDQU64 Z10, (R10) \
 	KMOVQ     K4, AX \
 	POPCNTQ   AX, AX \
+	VMOVDQU   X10, (R10) \
+	CMPQ      AX, $16 \
+	JHI       BIG \
+BACK: \
 	ADDQ      AX, R10 \
 	ADDQ      $128, SI \
 	ADDQ      $64, DI \
@@ -230,13 +233,13 @@ TEXT ·encodeBF16AVX512(SB), NOSPLIT, $0-100
 	JNZ  ezloop
 
 eloop:
-	ENCSTEP(NOFIX, R8ST)
+	ENCSTEP(NOFIX, R8ST, bige1, backe1)
 	DECQ CX
 	JNZ  eloop
 	JMP  edone
 
 ezloop:
-	ENCSTEP(ZEROFIX, R8ST)
+	ENCSTEP(ZEROFIX, R8ST, bige2, backe2)
 	DECQ CX
 	JNZ  ezloop
 	JMP  edone
@@ -252,23 +255,23 @@ ntstart:
 	MOVBQZX zero+57(FP), AX
 	TESTQ AX, AX
 	JNZ  ntz
-	ENCSTEP(NOFIX, R8FIRST)
+	ENCSTEP(NOFIX, R8FIRST, bige3, backe3)
 	DECQ CX
 	JZ   ntdone
 
 ntloop:
-	ENCSTEP(NOFIX, R8NT)
+	ENCSTEP(NOFIX, R8NT, bige4, backe4)
 	DECQ CX
 	JNZ  ntloop
 	JMP  ntdone
 
 ntz:
-	ENCSTEP(ZEROFIX, R8FIRST)
+	ENCSTEP(ZEROFIX, R8FIRST, bige5, backe5)
 	DECQ CX
 	JZ   ntdone
 
 ntzloop:
-	ENCSTEP(ZEROFIX, R8NT)
+	ENCSTEP(ZEROFIX, R8NT, bige6, backe6)
 	DECQ CX
 	JNZ  ntzloop
 
@@ -284,6 +287,26 @@ edone:
 	MOVL BX, carry+96(FP)
 	VZEROUPPER
 	RET
+
+// more than 16 escapes in a step: the whole vector
+bige1:
+	VMOVDQU64 Z10, (R10)
+	JMP  backe1
+bige2:
+	VMOVDQU64 Z10, (R10)
+	JMP  backe2
+bige3:
+	VMOVDQU64 Z10, (R10)
+	JMP  backe3
+bige4:
+	VMOVDQU64 Z10, (R10)
+	JMP  backe4
+bige5:
+	VMOVDQU64 Z10, (R10)
+	JMP  backe5
+bige6:
+	VMOVDQU64 Z10, (R10)
+	JMP  backe6
 
 // DECSTEP rebuilds 64 elements (128 output bytes) and folds them into the
 // CRC; VST stores the output, cached (VMOVDQU64) or non-temporal (VMOVNTDQ)

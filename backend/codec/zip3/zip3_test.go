@@ -331,3 +331,30 @@ func TestSampleEveryKernel(t *testing.T) {
 		restore()
 	}
 }
+
+// TestEscapesPerStep encodes and decodes, with every kernel set, a block
+// whose SIMD steps (64 elements) hold every number of escapes from 0 to 64:
+// the encoders store a step's escapes one way up to 16 and another above.
+func TestEscapesPerStep(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, w := range []Window{{Mode: ModePlain, Base: 120}, {Mode: ModeZero, Base: 120}} {
+		src := make([]byte, 2*fullN)
+		for i := 0; i < fullN; i++ {
+			field := w.Base + 1 + uint8(i%5) // in the window in both modes
+			if i%64 < (i/64)%65 {
+				field = w.Base + 40
+			}
+			binary.LittleEndian.PutUint16(src[2*i:], uint16(field)<<7|uint16(r.Uint32())&0x807f)
+		}
+		st, esc, crc := encodeEachKernel(t, src, w)
+		for _, kn := range Kernels() {
+			restore := UseKernel(kn)
+			var d Decoder
+			out := make([]byte, len(src))
+			if c, err := d.DecodeBlock(out, st, esc, BF16, w); err != nil || c != crc || !bytes.Equal(out, src) {
+				t.Fatalf("window %+v kernel %s: decode: %v", w, kn, err)
+			}
+			restore()
+		}
+	}
+}
