@@ -121,7 +121,12 @@ GLOBL ramp<>(SB), RODATA|NOPTR, $64
 // remainder (BX) is XORed into the next step's first dword, where the
 // next fold picks it up (a CRC register XORed into the following data's
 // first four bytes is the same CRC). The last remainder is returned.
-// R8STORE stores the R8 vector (Z2).
+// R8STORE stores the R8 vector (Z2). The step's escapes (two on average)
+// go out in one 16-byte store; only above 16 does the code at BIG store
+// the whole vector and return to BACK (labels unique to each use). The
+// 64-byte store at an address crawling forward two bytes a step, across
+// a line nearly every time, cost a quarter of the non-temporal path's
+// speed (benchmarks/CODEC.md, "Escape stores").
 #define ENCSTEP(ZFIX, R8STORE, BIG, BACK) \
 	PREFETCHT1 (SI)(R12*1) \
 	PREFETCHT1 64(SI)(R12*1) \
@@ -288,7 +293,7 @@ edone:
 	VZEROUPPER
 	RET
 
-// more than 16 escapes in a step: the whole vector
+// ENCSTEP's steps with more than 16 escapes: the whole vector
 bige1:
 	VMOVDQU64 Z10, (R10)
 	JMP  backe1
