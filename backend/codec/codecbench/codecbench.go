@@ -51,29 +51,47 @@ type Row struct {
 
 type timing struct{ wall, cpu time.Duration }
 
-// measure runs fn in rounds and returns the best per-call wall and CPU times.
-func measure(o *Options, fn func()) timing {
+// timers holds the measurements of one buffer and runs their rounds
+// interleaved: round r of each before round r+1 of any. A burst of load
+// from elsewhere on the machine then spoils one round of every
+// measurement instead of every round of one, and the best round of each
+// is kept. Each round starts with an untimed call, since the measurements
+// before it have evicted this one's data.
+type timers struct {
+	fns  []func()
+	best []*timing
+}
+
+// add registers fn and returns where its best per-call times will be.
+func (t *timers) add(fn func()) *timing {
+	b := &timing{time.Hour, time.Hour}
+	t.fns, t.best = append(t.fns, fn), append(t.best, b)
+	return b
+}
+
+func (t *timers) run(o *Options) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	fn() // warm up
-	best := timing{time.Hour, time.Hour}
 	for r := 0; r < o.Rounds; r++ {
-		n := 0
-		w0, c0 := time.Now(), threadCPU()
-		for {
+		for i, fn := range t.fns {
 			fn()
-			n++
-			if time.Since(w0) >= o.MinTime {
-				break
+			n := 0
+			w0, c0 := time.Now(), threadCPU()
+			for {
+				fn()
+				n++
+				if time.Since(w0) >= o.MinTime {
+					break
+				}
+			}
+			w, c := time.Since(w0)/time.Duration(n), (threadCPU()-c0)/time.Duration(n)
+			b := t.best[i]
+			b.wall = min(b.wall, w)
+			if c > 0 {
+				b.cpu = min(b.cpu, c)
 			}
 		}
-		w, c := time.Since(w0)/time.Duration(n), (threadCPU()-c0)/time.Duration(n)
-		best.wall = min(best.wall, w)
-		if c > 0 {
-			best.cpu = min(best.cpu, c)
-		}
 	}
-	return best
 }
 
 func gbps(n int, d time.Duration) float64 {
@@ -96,61 +114,74 @@ func Run(data []byte, dt dtype.DType, opts Options) []Row {
 		o.MinTime = 50 * time.Millisecond
 	}
 	n := len(data)
-	var rows []Row
 	if !dt.Valid() || n%dt.Size() != 0 {
 		return []Row{{Name: "input", DType: dt.String(), Bytes: n, Error: "data is not a whole number of elements of a valid dtype"}}
 	}
-	// memcpy baseline
+	var t timers
 	cp := make([]byte, n)
-	mt := measure(&o, func() { copy(cp, data) })
-	mem := Row{Name: "memcpy", Op: "copy", DType: dt.String(), Bytes: n, Encoded: n, Ratio: 1,
-		GBps: gbps(n, mt.wall), CPUGBps: gbps(n, mt.cpu), NsPerOp: float64(mt.wall.Nanoseconds()), VsMemcpy: 1, VsMemcpyCPU: 1,
-		Note: "baseline, same buffer; codec kernels: " + codec.Kernels()}
-	rows = append(rows, mem)
-	rel := func(r *Row) {
-		if mem.GBps > 0 {
-			r.VsMemcpy = r.GBps / mem.GBps
-		}
-		if mem.CPUGBps > 0 {
-			r.VsMemcpyCPU = r.CPUGBps / mem.CPUGBps
-		}
-	}
+	mt := t.add(func() { copy(cp, data) })
+	// each measurement is checked once here; the timed calls share the
+	// output buffers
+	out := make([]byte, n)
+	var enc []byte
+	var later []func() []Row
 	for _, k := range o.Kinds {
 		var e codec.Encoder
 		var d codec.Decoder
 		frame, err := e.Encode(nil, data, dt, k)
 		if err != nil {
-			rows = append(rows, Row{Name: k.String(), Op: "encode", DType: dt.String(), Bytes: n, Error: err.Error()})
+			later = append(later, func() []Row {
+				return []Row{{Name: k.String(), Op: "encode", DType: dt.String(), Bytes: n, Error: err.Error()}}
+			})
 			continue
 		}
 		used := e.Kind().String()
-		buf := make([]byte, 0, len(frame)+codec.MaxEncodedLen(n, dt))
-		et := measure(&o, func() { buf, _ = e.Encode(buf[:0], data, dt, k) })
-		r := Row{Name: k.String(), Op: "encode", DType: dt.String(), Kind: used, Bytes: n, Encoded: len(frame),
-			Ratio: float64(n) / float64(len(frame)), GBps: gbps(n, et.wall), CPUGBps: gbps(n, et.cpu), NsPerOp: float64(et.wall.Nanoseconds())}
-		rel(&r)
-		rows = append(rows, r)
-		out := make([]byte, n)
-		var derr error
-		dt2 := measure(&o, func() { _, derr = d.Decode(out, frame) })
-		r = Row{Name: k.String(), Op: "decode", DType: dt.String(), Kind: used, Bytes: n, Encoded: len(frame),
-			Ratio: float64(n) / float64(len(frame)), GBps: gbps(n, dt2.wall), CPUGBps: gbps(n, dt2.cpu), NsPerOp: float64(dt2.wall.Nanoseconds())}
-		if derr != nil {
-			r.Error = derr.Error()
-		} else if string(out) != string(data) {
-			r.Error = "decoded bytes differ"
+		if need := len(frame) + codec.MaxEncodedLen(n, dt); cap(enc) < need {
+			enc = make([]byte, 0, need)
 		}
-		rel(&r)
-		rows = append(rows, r)
+		et := t.add(func() { enc, _ = e.Encode(enc[:0], data, dt, k) })
+		var derr error
+		if _, derr = d.Decode(out, frame); derr == nil && string(out) != string(data) {
+			derr = errors.New("decoded bytes differ")
+		}
+		dtm := t.add(func() { d.Decode(out, frame) })
+		later = append(later, func() []Row {
+			r1 := Row{Name: k.String(), Op: "encode", DType: dt.String(), Kind: used, Bytes: n, Encoded: len(frame),
+				Ratio: float64(n) / float64(len(frame)), GBps: gbps(n, et.wall), CPUGBps: gbps(n, et.cpu), NsPerOp: float64(et.wall.Nanoseconds())}
+			r2 := Row{Name: k.String(), Op: "decode", DType: dt.String(), Kind: used, Bytes: n, Encoded: len(frame),
+				Ratio: float64(n) / float64(len(frame)), GBps: gbps(n, dtm.wall), CPUGBps: gbps(n, dtm.cpu), NsPerOp: float64(dtm.wall.Nanoseconds())}
+			if derr != nil {
+				r2.Error = derr.Error()
+			}
+			return []Row{r1, r2}
+		})
 	}
 	syms, restBytes := symbols(data, dt)
 	h := entropy(syms)
 	bound := float64(n) / (float64(restBytes) + h*float64(len(syms))/8)
-	rows = append(rows, Row{Name: "entropy", Op: "bound", DType: dt.String(), Bytes: n, Ratio: bound, Bits: h,
-		Note: "order-0 entropy of the coded symbol (exponent byte; fp16 high byte; fp8 whole byte), rest raw"})
+	later = append(later, func() []Row {
+		return []Row{{Name: "entropy", Op: "bound", DType: dt.String(), Bytes: n, Ratio: bound, Bits: h,
+			Note: "order-0 entropy of the coded symbol (exponent byte; fp16 high byte; fp8 whole byte), rest raw"}}
+	})
 	if !o.SkipExternal {
-		rows = append(rows, huff0Rows(&o, syms, restBytes, n, dt, rel)...)
-		rows = append(rows, zstdRows(&o, data, dt, rel)...)
+		later = append(later, huff0Rows(&t, syms, restBytes, n, dt), zstdRows(&t, data, dt))
+	}
+	t.run(&o)
+
+	mem := Row{Name: "memcpy", Op: "copy", DType: dt.String(), Bytes: n, Encoded: n, Ratio: 1,
+		GBps: gbps(n, mt.wall), CPUGBps: gbps(n, mt.cpu), NsPerOp: float64(mt.wall.Nanoseconds()), VsMemcpy: 1, VsMemcpyCPU: 1,
+		Note: "baseline, same buffer; codec kernels: " + codec.Kernels()}
+	rows := []Row{mem}
+	for _, f := range later {
+		for _, r := range f() {
+			if mem.GBps > 0 {
+				r.VsMemcpy = r.GBps / mem.GBps
+			}
+			if mem.CPUGBps > 0 {
+				r.VsMemcpyCPU = r.CPUGBps / mem.CPUGBps
+			}
+			rows = append(rows, r)
+		}
 	}
 	return rows
 }
@@ -195,7 +226,7 @@ func entropy(s []byte) float64 {
 
 const huff0Chunk = 1 << 16
 
-func huff0Rows(o *Options, syms []byte, rest, n int, dt dtype.DType, rel func(*Row)) []Row {
+func huff0Rows(t *timers, syms []byte, rest, n int, dt dtype.DType) func() []Row {
 	s := huff0.Scratch{Reuse: huff0.ReusePolicyNone}
 	type chunk struct {
 		raw  []byte
@@ -218,76 +249,82 @@ func huff0Rows(o *Options, syms []byte, rest, n int, dt dtype.DType, rel func(*R
 			chunks = append(chunks, chunk{raw: c})
 			total += len(c)
 		default:
-			return []Row{{Name: "huff0-4x", Op: "encode", DType: dt.String(), Bytes: n, Error: err.Error()}}
+			return func() []Row {
+				return []Row{{Name: "huff0-4x", Op: "encode", DType: dt.String(), Bytes: n, Error: err.Error()}}
+			}
 		}
 	}
 	enc := rest + total
-	et := measure(o, func() {
+	et := t.add(func() {
 		for i := 0; i < len(syms); i += huff0Chunk {
 			huff0.Compress4X(syms[i:min(i+huff0Chunk, len(syms))], &s)
 		}
 	})
 	out := make([]byte, huff0Chunk)
-	var derr error
-	dtm := measure(o, func() {
+	decode := func() error {
 		for _, c := range chunks {
 			if c.comp == nil {
 				continue
 			}
 			s2, rem, err := huff0.ReadTable(c.comp, &s)
 			if err != nil {
-				derr = err
-				return
+				return err
 			}
 			if _, err := s2.Decoder().Decompress4X(out[:len(c.raw):len(c.raw)], rem); err != nil {
-				derr = err
-				return
+				return err
 			}
 		}
-	})
-	note := "exponent/symbol stream only, 64 Ki-symbol chunks; throughput in input bytes of the tensor"
-	r1 := Row{Name: "huff0-4x", Op: "encode", DType: dt.String(), Bytes: n, Encoded: enc, Ratio: float64(n) / float64(enc),
-		GBps: gbps(n, et.wall), CPUGBps: gbps(n, et.cpu), NsPerOp: float64(et.wall.Nanoseconds()), Note: note}
-	r2 := Row{Name: "huff0-4x", Op: "decode", DType: dt.String(), Bytes: n, Encoded: enc, Ratio: float64(n) / float64(enc),
-		GBps: gbps(n, dtm.wall), CPUGBps: gbps(n, dtm.cpu), NsPerOp: float64(dtm.wall.Nanoseconds()), Note: note}
-	if derr != nil {
-		r2.Error = derr.Error()
+		return nil
 	}
-	rel(&r1)
-	rel(&r2)
-	return []Row{r1, r2}
+	derr := decode()
+	dtm := t.add(func() { decode() })
+	return func() []Row {
+		note := "exponent/symbol stream only, 64 Ki-symbol chunks; throughput in input bytes of the tensor"
+		r1 := Row{Name: "huff0-4x", Op: "encode", DType: dt.String(), Bytes: n, Encoded: enc, Ratio: float64(n) / float64(enc),
+			GBps: gbps(n, et.wall), CPUGBps: gbps(n, et.cpu), NsPerOp: float64(et.wall.Nanoseconds()), Note: note}
+		r2 := Row{Name: "huff0-4x", Op: "decode", DType: dt.String(), Bytes: n, Encoded: enc, Ratio: float64(n) / float64(enc),
+			GBps: gbps(n, dtm.wall), CPUGBps: gbps(n, dtm.cpu), NsPerOp: float64(dtm.wall.Nanoseconds()), Note: note}
+		if derr != nil {
+			r2.Error = derr.Error()
+		}
+		return []Row{r1, r2}
+	}
 }
 
-func zstdRows(o *Options, data []byte, dt dtype.DType, rel func(*Row)) []Row {
+func zstdRows(t *timers, data []byte, dt dtype.DType) func() []Row {
 	n := len(data)
+	fail := func(op string, err error) func() []Row {
+		return func() []Row { return []Row{{Name: "zstd-fastest", Op: op, Error: err.Error()}} }
+	}
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	if err != nil {
-		return []Row{{Name: "zstd-fastest", Op: "encode", Error: err.Error()}}
+		return fail("encode", err)
 	}
-	defer enc.Close()
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 	if err != nil {
-		return []Row{{Name: "zstd-fastest", Op: "decode", Error: err.Error()}}
+		enc.Close()
+		return fail("decode", err)
 	}
-	defer dec.Close()
 	comp := enc.EncodeAll(data, nil)
 	buf := make([]byte, 0, len(comp)+n/8+1024)
-	et := measure(o, func() { buf = enc.EncodeAll(data, buf[:0]) })
-	out := make([]byte, 0, n)
-	var derr error
-	dtm := measure(o, func() { out, derr = dec.DecodeAll(comp, out[:0]) })
-	r1 := Row{Name: "zstd-fastest", Op: "encode", DType: dt.String(), Bytes: n, Encoded: len(comp), Ratio: float64(n) / float64(len(comp)),
-		GBps: gbps(n, et.wall), CPUGBps: gbps(n, et.cpu), NsPerOp: float64(et.wall.Nanoseconds())}
-	r2 := Row{Name: "zstd-fastest", Op: "decode", DType: dt.String(), Bytes: n, Encoded: len(comp), Ratio: float64(n) / float64(len(comp)),
-		GBps: gbps(n, dtm.wall), CPUGBps: gbps(n, dtm.cpu), NsPerOp: float64(dtm.wall.Nanoseconds())}
-	if derr != nil {
-		r2.Error = derr.Error()
-	} else if string(out) != string(data) {
-		r2.Error = "zstd round trip differs"
+	et := t.add(func() { buf = enc.EncodeAll(data, buf[:0]) })
+	out, derr := dec.DecodeAll(comp, make([]byte, 0, n))
+	if derr == nil && string(out) != string(data) {
+		derr = errors.New("zstd round trip differs")
 	}
-	rel(&r1)
-	rel(&r2)
-	return []Row{r1, r2}
+	dtm := t.add(func() { out, _ = dec.DecodeAll(comp, out[:0]) })
+	return func() []Row {
+		enc.Close()
+		dec.Close()
+		r1 := Row{Name: "zstd-fastest", Op: "encode", DType: dt.String(), Bytes: n, Encoded: len(comp), Ratio: float64(n) / float64(len(comp)),
+			GBps: gbps(n, et.wall), CPUGBps: gbps(n, et.cpu), NsPerOp: float64(et.wall.Nanoseconds())}
+		r2 := Row{Name: "zstd-fastest", Op: "decode", DType: dt.String(), Bytes: n, Encoded: len(comp), Ratio: float64(n) / float64(len(comp)),
+			GBps: gbps(n, dtm.wall), CPUGBps: gbps(n, dtm.cpu), NsPerOp: float64(dtm.wall.Nanoseconds())}
+		if derr != nil {
+			r2.Error = derr.Error()
+		}
+		return []Row{r1, r2}
+	}
 }
 
 // String formats a row for logs.

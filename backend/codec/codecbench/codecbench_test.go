@@ -59,3 +59,32 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+// TestTimersInterleave checks that the rounds of different measurements
+// alternate, and that each keeps its best round.
+func TestTimersInterleave(t *testing.T) {
+	var log []byte
+	var tm timers
+	slow := 0
+	a := tm.add(func() {
+		log = append(log, 'a')
+		if slow > 0 {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	tm.add(func() { log = append(log, 'b'); slow++ })
+	tm.run(&Options{Rounds: 3, MinTime: time.Microsecond})
+	var runs []byte
+	for i, c := range log {
+		if i == 0 || c != log[i-1] {
+			runs = append(runs, c)
+		}
+	}
+	if string(runs) != "ababab" {
+		t.Fatalf("call order %q: rounds not interleaved", log)
+	}
+	// a's first round ran before b made it slow
+	if a.wall >= time.Millisecond {
+		t.Fatalf("a's best round took %v: not the fast one", a.wall)
+	}
+}

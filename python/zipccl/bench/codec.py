@@ -87,7 +87,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", default=None,
                    help="where the demo capture is cached (default $ZIPCCL_CACHE_DIR, else ~/.cache/zipccl)")
     p.add_argument("--codecs", default=DEFAULT_CODECS, help=f"codecs to measure (default {DEFAULT_CODECS})")
-    p.add_argument("--rounds", type=int, default=5, help="timing rounds per measurement, best kept (default 5)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="timing rounds per measurement, best kept; the rounds of one tensor's measurements "
+                        "are interleaved (default 5)")
     p.add_argument("--min-time-ms", type=float, default=50.0, help="minimum time per round (default 50)")
     p.add_argument("--skip-external", action="store_true", help="leave out huff0 and zstd")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
@@ -560,7 +562,8 @@ def run(args: argparse.Namespace) -> int:
             log(why)
 
     if not quiet_table:
-        print(f"zipccl codec benchmark: best of {args.rounds} rounds of >= {args.min_time_ms:g} ms per measurement")
+        print(f"zipccl codec benchmark: best of {args.rounds} rounds of >= {args.min_time_ms:g} ms per measurement, "
+              "the rounds of one tensor's measurements interleaved")
         print(HEADER_NOTE)
         print(f"machine: {machine.get('cpu') or platform.processor()}, {machine.get('cpus')} CPUs, "
               f"load {'/'.join(f'{x:.2f}' for x in machine.get('loadavg_start', ()))}; "
