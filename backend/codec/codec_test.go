@@ -197,8 +197,8 @@ func TestLarge(t *testing.T) {
 // threshold lowered so a small tensor takes it), into aligned and
 // unaligned outputs.
 func TestStreamedDecode(t *testing.T) {
-	defer func(m int) { streamMin = m }(streamMin)
-	streamMin = 1 << 16
+	defer func(m int) { decStreamMin = m }(decStreamMin)
+	decStreamMin = 1 << 16
 	src := gauss(dtype.BFloat16, 5*16384+100, 0.02, 12)
 	var e Encoder
 	frame, err := e.Encode(nil, src, dtype.BFloat16, Zip3)
@@ -224,8 +224,8 @@ func TestStreamedEncode(t *testing.T) {
 	if err != nil || e.Kind() != Zip3 {
 		t.Fatalf("%v %v", err, e.Kind())
 	}
-	defer func(m int) { streamMin = m }(streamMin)
-	streamMin = 1 << 16
+	defer func(m int) { encStreamMin = m }(encStreamMin)
+	encStreamMin = 1 << 16
 	for _, off := range []int{0, 1, 32, 63} {
 		frame, err := e.Encode(make([]byte, off, off+len(ref)), src, dtype.BFloat16, Zip3)
 		if err != nil || !bytes.Equal(frame[off:], ref) {

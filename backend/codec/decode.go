@@ -73,7 +73,7 @@ func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
 	if !allZero(st[IndexEntry*p.nblocks : p.indexLen]) {
 		return fmt.Errorf("%w: index padding", ErrCorrupt)
 	}
-	d.z.Stream = len(dst) >= streamMin
+	d.z.Stream = len(dst) >= decStreamMin
 	off := 0 // position in dyn
 	var got uint32
 	for i := 0; i < p.nblocks; i++ {

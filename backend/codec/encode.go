@@ -141,7 +141,7 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 	clear(dst[base : base+p.indexLen])
 	e.esc = e.esc[:0]
 	e.h.Reset() // output depends on this tensor only
-	e.z.Stream = len(src) >= streamMin
+	e.z.Stream = len(src) >= encStreamMin
 	for i := 0; i < p.nblocks; i++ {
 		st := dst[base : base+p.staticLen] // dst may move when records are appended
 		e0, n, s0, sl := p.block(i)

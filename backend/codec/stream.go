@@ -2,16 +2,28 @@ package codec
 
 import "github.com/klauspost/cpuid/v2"
 
-// streamMin is the tensor size from which zip3 writes bf16 non-temporally:
-// the decoder its output, the encoder the R8 array of its frames (5/7 of
-// the output). It is half the last-level cache, where the output would
-// evict the input being coded. On one Zen 4 core this took a 16 MiB decode
-// from 40-45% to 50-60% of memcpy, and a 16 MiB encode from 51-53% to
-// 59-62%; at 8 MiB both paths lose (benchmarks/CODEC.md, "Large buffers"
-// and "Escape stores"). Segments in the collectives stay below it.
-var streamMin = func() int {
-	if l3 := cpuid.CPU.Cache.L3; l3 > 0 {
-		return max(l3/2, 4<<20)
+// Above these sizes zip3 writes bf16 non-temporally: the decoder its
+// output, the encoder the R8 array of its frames (5/7 of the output). The
+// input and the output then no longer share the last-level cache, and
+// output lines that skip it cost no read for ownership and evict no
+// input. Where each pays was measured on one Zen 4 core with a 32 MiB L3
+// (benchmarks/CODEC.md, "Large buffers", "Escape stores" and "Where the
+// stores turn non-temporal"). Segments in the collectives stay below both.
+var (
+	// decStreamMin, a third of the L3: decode won from 12 MiB (46 -> 55%
+	// and 56 -> 61% of memcpy in two harnesses) and tied at 4 to 8 MiB.
+	decStreamMin = l3Part(3)
+	// encStreamMin, half the L3: encode won at 16 MiB (51-59 -> 59-62%)
+	// and lost at 4 to 10 MiB; at 12 MiB the two harnesses disagreed.
+	encStreamMin = l3Part(2)
+)
+
+// l3Part returns 1/d of the last-level cache (32 MiB if unknown), at
+// least 4 MiB.
+func l3Part(d int) int {
+	l3 := cpuid.CPU.Cache.L3
+	if l3 <= 0 {
+		l3 = 32 << 20
 	}
-	return 16 << 20
-}()
+	return max(l3/d, 4<<20)
+}
