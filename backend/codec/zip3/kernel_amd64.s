@@ -1485,6 +1485,16 @@ f16b2done:
 	VZEROUPPER
 	RET
 
+// SAMPLESUM adds up the eight dword sums in Y10 into AX.
+#define SAMPLESUM \
+	VEXTRACTI128 $1, Y10, X11 \
+	VPADDD X11, X10, X10 \
+	VPSHUFD $0x4e, X10, X11 \
+	VPADDD X11, X10, X10 \
+	VPSHUFD $0xb1, X10, X11 \
+	VPADDD X11, X10, X10 \
+	VMOVD X10, AX
+
 // func sampleBF16AVX512(src *byte, pos *[64]int32) (sum uint64, nz, zc int)
 // Sums the magnitudes of the 64 sampled elements whose exponent field is
 // neither 0 nor 255 (nz of them), and counts the zero fields (zc), as
@@ -1528,13 +1538,7 @@ sloop:
 
 	VEXTRACTI64X4 $1, Z10, Y11
 	VPADDD Y11, Y10, Y10
-	VEXTRACTI128 $1, Y10, X11
-	VPADDD X11, X10, X10
-	VPSHUFD $0x4e, X10, X11
-	VPADDD X11, X10, X10
-	VPSHUFD $0xb1, X10, X11
-	VPADDD X11, X10, X10
-	VMOVD X10, AX
+	SAMPLESUM
 	MOVQ AX, sum+16(FP)
 	MOVQ R8, nz+24(FP)
 	MOVQ R9, zc+32(FP)
@@ -1581,13 +1585,7 @@ s2loop:
 	DECQ CX
 	JNZ  s2loop
 
-	VEXTRACTI128 $1, Y10, X11
-	VPADDD X11, X10, X10
-	VPSHUFD $0x4e, X10, X11
-	VPADDD X11, X10, X10
-	VPSHUFD $0xb1, X10, X11
-	VPADDD X11, X10, X10
-	VMOVD X10, AX
+	SAMPLESUM
 	MOVQ AX, sum+16(FP)
 	MOVQ R8, nz+24(FP)
 	MOVQ R9, zc+32(FP)
