@@ -15,10 +15,10 @@ import (
 func encodeBF16AVX512(src, r8, planes *byte, plen int, esc *byte, pairs, pf int, base, zero, nt uint8, state uint32, k *[10]uint64, fold *[16]byte, tbl *[16]byte) (n int, carry uint32)
 
 //go:noescape
-func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups int, base, zero uint8) int
+func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups, pf int, base, zero uint8) int
 
 //go:noescape
-func decodeBF16AVX2(dst, r8, planes *byte, plen int, esc *byte, nesc, groups int, tbl *[16]byte, base, zero uint8) int
+func decodeBF16AVX2(dst, r8, planes *byte, plen int, esc *byte, nesc, groups, pf int, tbl *[16]byte, base, zero uint8) int
 
 //go:noescape
 func decodeBF16AVX512(dst, r8, planes *byte, plen int, esc *byte, nesc, pairs, pf int, tbl *[16]byte, base, zero, nt uint8, state uint32, k *[10]uint64, fold *[16]byte) int
@@ -176,20 +176,20 @@ func fp16FromPseudoSIMD(kernel func(dst, y, planes *byte, plen int, n32 int) boo
 	}
 }
 
-func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, _ mem) ([]byte, uint32) {
+func encodeBF16AVX2Go(r8, planes []byte, plen int, esc, src []byte, groups int, base uint8, zero bool, crc uint32, m mem) ([]byte, uint32) {
 	if groups > 0 {
 		crc = crc32c.Update(crc, src[:64*groups])
 		_ = src[64*groups-1]
 		_ = r8[32*groups-1]
 		_ = planes[2*plen+4*groups-1]
 		esc = growEsc(esc, 32*groups+64)
-		n := encodeBF16AVX2(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], groups, base, b2u(zero))
+		n := encodeBF16AVX2(&src[0], &r8[0], &planes[0], plen, &esc[len(esc):cap(esc)][0], groups, m.pf, base, b2u(zero))
 		esc = esc[:len(esc)+n]
 	}
 	return esc, crc
 }
 
-func decodeBF16AVX2Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32, _ mem) (int, uint32) {
+func decodeBF16AVX2Go(dst, r8, planes []byte, plen int, esc []byte, groups int, expOf *[8]uint8, codeOf *[256]uint8, w Window, sc *escScratch, crc uint32, m mem) (int, uint32) {
 	if groups == 0 {
 		return 0, crc
 	}
@@ -199,7 +199,7 @@ func decodeBF16AVX2Go(dst, r8, planes []byte, plen int, esc []byte, groups int, 
 	pad := sc.padded(esc)
 	var tbl [16]byte
 	copy(tbl[:], expOf[:])
-	k := decodeBF16AVX2(&dst[0], &r8[0], &planes[0], plen, &pad[0], len(esc), groups, &tbl, w.Base, b2u(w.Mode == ModeZero))
+	k := decodeBF16AVX2(&dst[0], &r8[0], &planes[0], plen, &pad[0], len(esc), groups, m.pf, &tbl, w.Base, b2u(w.Mode == ModeZero))
 	if k < 0 {
 		return -1, 0
 	}

@@ -435,9 +435,11 @@ dbad:
 
 // AVX2 kernels: 32 elements per iteration.
 
-// func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups int, base, zero uint8) int
-TEXT ·encodeBF16AVX2(SB), NOSPLIT, $0-64
+// func encodeBF16AVX2(src, r8, planes *byte, plen int, esc *byte, groups, pf int, base, zero uint8) int
+// Each step also sends the line pf bytes on (the next block's) to L2.
+TEXT ·encodeBF16AVX2(SB), NOSPLIT, $0-72
 	MOVQ src+0(FP), SI
+	MOVQ pf+48(FP), R13
 	MOVQ r8+8(FP), DI
 	MOVQ planes+16(FP), DX
 	MOVQ plen+24(FP), AX
@@ -447,10 +449,10 @@ TEXT ·encodeBF16AVX2(SB), NOSPLIT, $0-64
 	MOVQ R10, R11
 	MOVQ groups+40(FP), CX
 	LEAQ compressLUT<>(SB), R12
-	MOVBQZX base+48(FP), AX
+	MOVBQZX base+56(FP), AX
 	MOVQ AX, X15
 	VPBROADCASTB X15, Y15 // base
-	MOVBQZX zero+49(FP), BX
+	MOVBQZX zero+57(FP), BX
 	MOVQ $6, AX
 	SUBQ BX, AX
 	MOVQ AX, X14
@@ -479,6 +481,7 @@ TEXT ·encodeBF16AVX2(SB), NOSPLIT, $0-64
 	JZ   e2done
 
 e2loop:
+	PREFETCHT1 (SI)(R13*1)
 	VMOVDQU (SI), Y0
 	VMOVDQU 32(SI), Y1
 	// exponents
@@ -565,12 +568,13 @@ e2loop:
 
 e2done:
 	SUBQ R11, R10
-	MOVQ R10, ret+56(FP)
+	MOVQ R10, ret+64(FP)
 	VZEROUPPER
 	RET
 
-// func decodeBF16AVX2(dst, r8, planes *byte, plen int, esc *byte, nesc, groups int, tbl *[16]byte, base, zero uint8) int
-TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-80
+// func decodeBF16AVX2(dst, r8, planes *byte, plen int, esc *byte, nesc, groups, pf int, tbl *[16]byte, base, zero uint8) int
+// Each step also sends the R8 line pf bytes on (the next block's) to L2.
+TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-88
 	MOVQ dst+0(FP), DI
 	MOVQ r8+8(FP), SI
 	MOVQ planes+16(FP), DX
@@ -578,16 +582,16 @@ TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-80
 	LEAQ (DX)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	MOVQ esc+32(FP), R10
-	MOVQ R10, R11
+	MOVQ pf+56(FP), R11
 	MOVQ nesc+40(FP), R12
 	ADDQ R10, R12
 	MOVQ groups+48(FP), CX
-	MOVQ tbl+56(FP), AX
+	MOVQ tbl+64(FP), AX
 	VBROADCASTI128 (AX), Y15 // code -> field
-	MOVBQZX base+64(FP), AX
+	MOVBQZX base+72(FP), AX
 	MOVQ AX, X14
 	VPBROADCASTB X14, Y14 // base
-	MOVBQZX zero+65(FP), BX
+	MOVBQZX zero+73(FP), BX
 	MOVQ $6, AX
 	SUBQ BX, AX
 	MOVQ AX, X13
@@ -610,6 +614,7 @@ TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-80
 	JZ   d2done
 
 d2loop:
+	PREFETCHT1 (SI)(R11*1)
 	MOVL    (DX), AX
 	MOVL    (R8), BX
 	MOVL    (R9), R13
@@ -715,13 +720,13 @@ d2loop:
 d2done:
 	VPTEST Y6, Y6
 	JNZ    d2bad
-	SUBQ R11, R10
-	MOVQ R10, ret+72(FP)
+	SUBQ esc+32(FP), R10
+	MOVQ R10, ret+80(FP)
 	VZEROUPPER
 	RET
 
 d2bad:
-	MOVQ $-1, ret+72(FP)
+	MOVQ $-1, ret+80(FP)
 	VZEROUPPER
 	RET
 
