@@ -209,11 +209,12 @@ func SamplePos(k, n int) int {
 	return k*int(t) + int((h>>16)%t)
 }
 
+// fullN is the element count of a full block.
+const fullN = 1 << 14
+
 // fullPos caches the sample positions of a block of fullN elements. The
 // SIMD sample kernels read 4 bytes at each, which the positions allow:
 // none is the block's last element (TestSampleEveryKernel).
-const fullN = 1 << 14
-
 var fullPos = func() (p [SampleSize]int32) {
 	for k := range p {
 		p[k] = int32(SamplePos(k, fullN))
