@@ -500,4 +500,37 @@ zccl_status zccl_synchronize(zccl_ctx* ctx, zccl_stream_t stream) {
   return zc_backend::stream_sync(stream) == 0 ? ZCCL_OK : backend_fail();
 }
 
+zccl_status zccl_stream_create(zccl_ctx* ctx, zccl_stream_t* out) {
+  if (ctx == nullptr || out == nullptr) return fail(ZCCL_ERR_INVALID, "NULL ctx or stream");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  return zc_backend::stream_create(out) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_stream_destroy(zccl_ctx* ctx, zccl_stream_t stream) {
+  if (ctx == nullptr || stream == nullptr) return fail(ZCCL_ERR_INVALID, "NULL ctx or stream");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  return zc_backend::stream_destroy(stream) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_host_alloc(zccl_ctx* ctx, void** p, int64_t bytes) {
+  if (ctx == nullptr || p == nullptr || bytes < 0) return fail(ZCCL_ERR_INVALID, "bad host_alloc arguments");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  return zc_backend::host_alloc(p, (size_t)(bytes > 0 ? bytes : 1)) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_host_free(zccl_ctx* ctx, void* p) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  if (p == nullptr) return ZCCL_OK;
+  return zc_backend::host_free(p) == 0 ? ZCCL_OK : backend_fail();
+}
+
+zccl_status zccl_memcpy_async(zccl_ctx* ctx, void* dst, const void* src, int64_t bytes, int kind,
+                              zccl_stream_t stream) {
+  if (ctx == nullptr || bytes < 0 || kind < 1 || kind > 3) return fail(ZCCL_ERR_INVALID, "bad memcpy arguments");
+  if (bytes == 0) return ZCCL_OK;
+  if (dst == nullptr || src == nullptr) return fail(ZCCL_ERR_INVALID, "NULL memcpy pointer");
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  return zc_backend::memcpy_async(dst, src, (size_t)bytes, kind, stream) == 0 ? ZCCL_OK : backend_fail();
+}
+
 }  // extern "C"

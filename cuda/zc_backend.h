@@ -27,6 +27,11 @@ int set_device(int device);
 int memset_async(void* p, int value, size_t n, zccl_stream_t s);
 int memcpy_sync(void* dst, const void* src, size_t n, int kind, zccl_stream_t s);
 int stream_sync(zccl_stream_t s);
+int memcpy_async(void* dst, const void* src, size_t n, int kind, zccl_stream_t s);
+int stream_create(zccl_stream_t* s);  // non-blocking
+int stream_destroy(zccl_stream_t s);
+int host_alloc(void** p, size_t n);  // page-locked
+int host_free(void* p);
 int dev_malloc(void** p, size_t n);
 int dev_free(void* p);
 int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);

@@ -86,6 +86,34 @@ int stream_sync(zccl_stream_t s) {
   return e == cudaSuccess ? 0 : cuda_fail(e, "cudaStreamSynchronize");
 }
 
+int memcpy_async(void* dst, const void* src, size_t n, int kind, zccl_stream_t s) {
+  cudaMemcpyKind k = kind == 1 ? cudaMemcpyHostToDevice : kind == 2 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+  cudaError_t e = cudaMemcpyAsync(dst, src, n, k, (cudaStream_t)s);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaMemcpyAsync");
+}
+
+int stream_create(zccl_stream_t* s) {
+  cudaStream_t st = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  *s = (zccl_stream_t)st;
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaStreamCreateWithFlags");
+}
+
+int stream_destroy(zccl_stream_t s) {
+  cudaError_t e = cudaStreamDestroy((cudaStream_t)s);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaStreamDestroy");
+}
+
+int host_alloc(void** p, size_t n) {
+  cudaError_t e = cudaHostAlloc(p, n, cudaHostAllocPortable);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaHostAlloc");
+}
+
+int host_free(void* p) {
+  cudaError_t e = cudaFreeHost(p);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "cudaFreeHost");
+}
+
 int dev_malloc(void** p, size_t n) {
   cudaError_t e = cudaMalloc(p, n);
   return e == cudaSuccess ? 0 : cuda_fail(e, "cudaMalloc");

@@ -38,7 +38,7 @@
 extern "C" {
 #endif
 
-#define ZCCL_ABI_VERSION 1
+#define ZCCL_ABI_VERSION 2
 #define ZCCL_MAX_CHUNKS 48  /* per launch (larger requests are split) */
 #define ZCCL_MAX_SOURCES 48 /* per decode+reduce call */
 
@@ -156,6 +156,19 @@ zccl_status zccl_free(zccl_ctx* ctx, void* p);
 zccl_status zccl_memcpy(zccl_ctx* ctx, void* dst, const void* src, int64_t bytes, int kind); /* 1 h2d, 2 d2h, 3 d2d */
 zccl_status zccl_memset(zccl_ctx* ctx, void* p, int value, int64_t bytes);
 zccl_status zccl_synchronize(zccl_ctx* ctx, zccl_stream_t stream);
+
+/* ABI 2: what an engine that moves coded frames through host memory (its
+ * own transport) needs. Streams the library creates are non-blocking: they
+ * never wait for the legacy default stream, nor it for them. Host memory
+ * from zccl_host_alloc is page-locked, so copies to and from it are DMA and
+ * asynchronous. zccl_memcpy_async (kind 1 h2d, 2 d2h, 3 d2d) returns once
+ * the copy is queued on stream. */
+zccl_status zccl_stream_create(zccl_ctx* ctx, zccl_stream_t* out);
+zccl_status zccl_stream_destroy(zccl_ctx* ctx, zccl_stream_t stream);
+zccl_status zccl_host_alloc(zccl_ctx* ctx, void** p, int64_t bytes);
+zccl_status zccl_host_free(zccl_ctx* ctx, void* p);
+zccl_status zccl_memcpy_async(zccl_ctx* ctx, void* dst, const void* src, int64_t bytes, int kind,
+                              zccl_stream_t stream);
 
 #ifdef __cplusplus
 }

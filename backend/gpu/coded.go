@@ -334,9 +334,9 @@ func (x *coder) scatterReduce(src uintptr, counts []int64, dst uintptr) error {
 			for r := 0; r < me; r++ {
 				off += counts[r]
 			}
-			srcs[j] = Source{Ptr: src + uintptr(off*x.es)}
+			srcs[j] = Source{Kind: SrcPlain, Ptr: src + uintptr(off*x.es)}
 		} else {
-			srcs[j] = Source{Frame: true, Ptr: recv + uintptr(int64(j)*slotMe), Len: L[j*n+me]}
+			srcs[j] = Source{Kind: SrcFrame, Ptr: recv + uintptr(int64(j)*slotMe), Len: L[j*n+me]}
 		}
 	}
 	ws, err := x.buf(sWsRed, x.k.ReduceWorkspace(x.dt, counts[me], n))

@@ -58,10 +58,36 @@ static int zk_memcpy(void* f, zccl_ctx* c, uintptr_t d, uintptr_t s, int64_t n, 
 static int zk_sync(void* f, zccl_ctx* c, uintptr_t st) {
 	return ((zccl_status (*)(zccl_ctx*, zccl_stream_t))f)(c, (zccl_stream_t)st);
 }
-static void zk_set_source(zccl_source* s, int kind, uintptr_t a, int64_t len) {
+static int zk_encode_split(void* f, zccl_ctx* c, int dt, uintptr_t src, const int64_t* counts, int n, uintptr_t sout,
+                           const int64_t* soffs, uintptr_t dout, const int64_t* doffs, uintptr_t dlens, uintptr_t ws,
+                           int64_t wsn, uintptr_t st) {
+	return ((zccl_status (*)(zccl_ctx*, int, const void*, const int64_t*, int, void*, const int64_t*, void*,
+	                         const int64_t*, int64_t*, void*, int64_t, zccl_stream_t, unsigned))f)(
+	    c, dt, (const void*)src, counts, n, (void*)sout, soffs, (void*)dout, doffs, (int64_t*)dlens, (void*)ws, wsn,
+	    (zccl_stream_t)st, 0);
+}
+static int zk_decode_split(void* f, zccl_ctx* c, int dt, int kind, uintptr_t sin, const int64_t* soffs, uintptr_t din,
+                           const int64_t* doffs, const int64_t* dlens, const int64_t* counts, int n, uintptr_t dst,
+                           uintptr_t ws, int64_t wsn, uintptr_t st) {
+	return ((zccl_status (*)(zccl_ctx*, int, int, const void*, const int64_t*, const void*, const int64_t*,
+	                         const int64_t*, const int64_t*, int, void*, void*, int64_t, zccl_stream_t, unsigned))f)(
+	    c, dt, kind, (const void*)sin, soffs, (const void*)din, doffs, dlens, counts, n, (void*)dst, (void*)ws, wsn,
+	    (zccl_stream_t)st, 0);
+}
+static int zk_memcpy_async(void* f, zccl_ctx* c, uintptr_t d, uintptr_t s, int64_t n, int kind, uintptr_t st) {
+	return ((zccl_status (*)(zccl_ctx*, void*, const void*, int64_t, int, zccl_stream_t))f)(c, (void*)d, (const void*)s, n,
+	                                                                                      kind, (zccl_stream_t)st);
+}
+static int zk_stream_create(void* f, zccl_ctx* c, uintptr_t* out) {
+	zccl_stream_t s = 0;
+	int rc = ((zccl_status (*)(zccl_ctx*, zccl_stream_t*))f)(c, &s);
+	*out = (uintptr_t)s;
+	return rc;
+}
+static void zk_set_source(zccl_source* s, int kind, uintptr_t a, uintptr_t b, int64_t len) {
 	s->kind = kind;
 	s->a = (const void*)a;
-	s->b = 0;
+	s->b = (const void*)b;
 	s->len = len;
 }
 */
@@ -98,6 +124,8 @@ var kernelSyms = []string{
 	"zccl_encode_workspace_size", "zccl_decode_workspace_size", "zccl_reduce_workspace_size",
 	"zccl_encode_frames", "zccl_decode_frames", "zccl_decode_reduce", "zccl_workspace_status",
 	"zccl_malloc", "zccl_free", "zccl_memcpy", "zccl_synchronize",
+	"zccl_encode_split", "zccl_decode_split", "zccl_memcpy_async", "zccl_stream_create",
+	"zccl_host_alloc", "zccl_host_free",
 }
 
 // kernelsCandidate is ZIPCCL_CUDA_LIB (set by the Python package when it
@@ -248,110 +276,119 @@ func (k *Kernels) ReduceWorkspace(dt dtype.DType, numel int64, nsrc int) int64 {
 // EncodeFrames encodes src (sum(counts) elements) as len(counts) frames at
 // out+offs[c], writing the frame lengths (device int64) to lens.
 func (k *Kernels) EncodeFrames(device int, dt dtype.DType, src uintptr, counts []int64, out uintptr, offs []int64, lens, ws uintptr, wsLen int64, stream uintptr) error {
-	defer k.lock()()
-	c, err := k.ctx(device)
-	if err != nil {
-		return err
-	}
-	cc, f1 := cArray(counts)
-	defer f1()
-	co, f2 := cArray(offs)
-	defer f2()
-	return k.fail("zccl_encode_frames", C.zk_encode(k.fn["zccl_encode_frames"], c, C.int(dt), C.uintptr_t(src), cc, C.int(len(counts)),
-		C.uintptr_t(out), co, C.uintptr_t(lens), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+	return k.call(device, func(c *C.zccl_ctx) error {
+		cc, f1 := cArray(counts)
+		defer f1()
+		co, f2 := cArray(offs)
+		defer f2()
+		return k.fail("zccl_encode_frames", C.zk_encode(k.fn["zccl_encode_frames"], c, C.int(dt), C.uintptr_t(src), cc, C.int(len(counts)),
+			C.uintptr_t(out), co, C.uintptr_t(lens), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+	})
 }
 
 // DecodeFrames decodes len(counts) frames (frame c at in+offs[c], caps[c]
 // bytes readable) into consecutive chunks of dst.
 func (k *Kernels) DecodeFrames(device int, dt dtype.DType, in uintptr, offs, caps, counts []int64, dst, ws uintptr, wsLen int64, stream uintptr) error {
-	defer k.lock()()
-	c, err := k.ctx(device)
-	if err != nil {
-		return err
-	}
-	co, f1 := cArray(offs)
-	defer f1()
-	ck, f2 := cArray(caps)
-	defer f2()
-	cc, f3 := cArray(counts)
-	defer f3()
-	return k.fail("zccl_decode_frames", C.zk_decode(k.fn["zccl_decode_frames"], c, C.int(dt), C.uintptr_t(in), co, ck, cc, C.int(len(counts)),
-		C.uintptr_t(dst), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+	return k.call(device, func(c *C.zccl_ctx) error {
+		co, f1 := cArray(offs)
+		defer f1()
+		ck, f2 := cArray(caps)
+		defer f2()
+		cc, f3 := cArray(counts)
+		defer f3()
+		return k.fail("zccl_decode_frames", C.zk_decode(k.fn["zccl_decode_frames"], c, C.int(dt), C.uintptr_t(in), co, ck, cc, C.int(len(counts)),
+			C.uintptr_t(dst), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+	})
 }
 
-// Source of DecodeReduce: a frame (len readable bytes) or plain elements.
+// Source of DecodeReduce (zccl_source): plain elements at Ptr, a frame
+// at Ptr (Len readable bytes), or split parts: static at Ptr, dynamic at B
+// (Len bytes; zip3), or a raw static part alone.
 type Source struct {
-	Frame bool
-	Ptr   uintptr
-	Len   int64
+	Kind int // SrcPlain, SrcFrame, SrcSplitZip3, SrcSplitRaw
+	Ptr  uintptr
+	B    uintptr
+	Len  int64
 }
+
+// Source kinds.
+const (
+	SrcFrame     = C.ZCCL_SRC_FRAME
+	SrcSplitZip3 = C.ZCCL_SRC_SPLIT_ZIP3
+	SrcSplitRaw  = C.ZCCL_SRC_SPLIT_RAW
+	SrcPlain     = C.ZCCL_SRC_PLAIN
+)
 
 // DecodeReduce folds the sources in order into dst (numel elements); op is
 // reduce.Sum or reduce.Product's value.
 func (k *Kernels) DecodeReduce(device int, dt dtype.DType, op int, srcs []Source, numel int64, dst, ws uintptr, wsLen int64, stream uintptr) error {
-	defer k.lock()()
-	c, err := k.ctx(device)
-	if err != nil {
-		return err
-	}
-	cs := (*C.zccl_source)(C.malloc(C.size_t(len(srcs)) * C.size_t(unsafe.Sizeof(C.zccl_source{}))))
-	defer C.free(unsafe.Pointer(cs))
-	arr := unsafe.Slice(cs, len(srcs))
-	for i, s := range srcs {
-		kind := C.ZCCL_SRC_PLAIN
-		if s.Frame {
-			kind = C.ZCCL_SRC_FRAME
+	return k.call(device, func(c *C.zccl_ctx) error {
+		cs := (*C.zccl_source)(C.malloc(C.size_t(len(srcs)) * C.size_t(unsafe.Sizeof(C.zccl_source{}))))
+		defer C.free(unsafe.Pointer(cs))
+		arr := unsafe.Slice(cs, len(srcs))
+		for i, s := range srcs {
+			C.zk_set_source(&arr[i], C.int(s.Kind), C.uintptr_t(s.Ptr), C.uintptr_t(s.B), C.int64_t(s.Len))
 		}
-		C.zk_set_source(&arr[i], C.int(kind), C.uintptr_t(s.Ptr), C.int64_t(s.Len))
-	}
-	return k.fail("zccl_decode_reduce", C.zk_reduce(k.fn["zccl_decode_reduce"], c, C.int(dt), C.int(op), cs, C.int(len(srcs)), C.int64_t(numel),
-		C.uintptr_t(dst), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+		return k.fail("zccl_decode_reduce", C.zk_reduce(k.fn["zccl_decode_reduce"], c, C.int(dt), C.int(op), cs, C.int(len(srcs)), C.int64_t(numel),
+			C.uintptr_t(dst), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+	})
 }
 
 // WorkspaceStatus synchronizes stream and returns the data error the
 // kernels recorded in ws, if any.
 func (k *Kernels) WorkspaceStatus(device int, ws, stream uintptr) error {
+	return k.call(device, func(c *C.zccl_ctx) error {
+		var msg [512]C.char
+		st := C.zk_ws_status(k.fn["zccl_workspace_status"], c, C.uintptr_t(ws), C.uintptr_t(stream), &msg[0], C.size_t(len(msg)))
+		if st == 0 {
+			return nil
+		}
+		text := C.GoString(&msg[0])
+		if text == "" {
+			text = C.GoString(C.zk_status_string(k.fn["zccl_status_string"], st))
+		}
+		return &KernelError{Call: "decoding", Status: int(st), Msg: text}
+	})
+}
+
+// call runs f with device's context, under the library's lock when it has
+// one.
+func (k *Kernels) call(device int, f func(c *C.zccl_ctx) error) error {
 	defer k.lock()()
 	c, err := k.ctx(device)
 	if err != nil {
 		return err
 	}
-	var msg [512]C.char
-	st := C.zk_ws_status(k.fn["zccl_workspace_status"], c, C.uintptr_t(ws), C.uintptr_t(stream), &msg[0], C.size_t(len(msg)))
-	if st == 0 {
-		return nil
-	}
-	text := C.GoString(&msg[0])
-	if text == "" {
-		text = C.GoString(C.zk_status_string(k.fn["zccl_status_string"], st))
-	}
-	return &KernelError{Call: "decoding", Status: int(st), Msg: text}
+	return f(c)
 }
 
 // Malloc, Free, CopyToHost and Sync are the device-memory helpers the coded
 // path needs (the library links the CUDA runtime statically; the engine
 // itself has none).
 func (k *Kernels) Malloc(device int, n int64) (uintptr, error) {
-	defer k.lock()()
-	c, err := k.ctx(device)
-	if err != nil {
-		return 0, err
-	}
-	var p C.uintptr_t
-	if err := k.fail("zccl_malloc", C.zk_malloc(k.fn["zccl_malloc"], c, &p, C.int64_t(n))); err != nil {
-		return 0, err
-	}
-	return uintptr(p), nil
+	return k.alloc(device, "zccl_malloc", n)
 }
 
-func (k *Kernels) Free(device int, p uintptr) {
+func (k *Kernels) Free(device int, p uintptr) { k.release(device, "zccl_free", p) }
+
+// alloc and release call zccl_malloc / zccl_host_alloc, zccl_free /
+// zccl_host_free.
+func (k *Kernels) alloc(device int, fn string, n int64) (uintptr, error) {
+	var p C.uintptr_t
+	err := k.call(device, func(c *C.zccl_ctx) error {
+		return k.fail(fn, C.zk_malloc(k.fn[fn], c, &p, C.int64_t(n)))
+	})
+	return uintptr(p), err
+}
+
+func (k *Kernels) release(device int, fn string, p uintptr) {
 	if p == 0 {
 		return
 	}
-	defer k.lock()()
-	if c, err := k.ctx(device); err == nil {
-		C.zk_free(k.fn["zccl_free"], c, C.uintptr_t(p))
-	}
+	_ = k.call(device, func(c *C.zccl_ctx) error {
+		C.zk_free(k.fn[fn], c, C.uintptr_t(p))
+		return nil
+	})
 }
 
 // CopyToHost copies n bytes of device memory into dst (synchronously, on
@@ -361,18 +398,15 @@ func (k *Kernels) CopyToHost(device int, dst []byte, src uintptr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	defer k.lock()()
-	c, err := k.ctx(device)
-	if err != nil {
-		return err
-	}
-	tmp := C.malloc(C.size_t(len(dst)))
-	defer C.free(tmp)
-	if err := k.fail("zccl_memcpy", C.zk_memcpy(k.fn["zccl_memcpy"], c, C.uintptr_t(uintptr(tmp)), C.uintptr_t(src), C.int64_t(len(dst)), 2)); err != nil {
-		return err
-	}
-	copy(dst, unsafe.Slice((*byte)(tmp), len(dst)))
-	return nil
+	return k.call(device, func(c *C.zccl_ctx) error {
+		tmp := C.malloc(C.size_t(len(dst)))
+		defer C.free(tmp)
+		if err := k.fail("zccl_memcpy", C.zk_memcpy(k.fn["zccl_memcpy"], c, C.uintptr_t(uintptr(tmp)), C.uintptr_t(src), C.int64_t(len(dst)), 2)); err != nil {
+			return err
+		}
+		copy(dst, unsafe.Slice((*byte)(tmp), len(dst)))
+		return nil
+	})
 }
 
 // CopyFromHost copies src into device memory at dst (synchronously).
@@ -380,23 +414,88 @@ func (k *Kernels) CopyFromHost(device int, dst uintptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	defer k.lock()()
-	c, err := k.ctx(device)
-	if err != nil {
-		return err
-	}
-	tmp := C.malloc(C.size_t(len(src)))
-	defer C.free(tmp)
-	copy(unsafe.Slice((*byte)(tmp), len(src)), src)
-	return k.fail("zccl_memcpy", C.zk_memcpy(k.fn["zccl_memcpy"], c, C.uintptr_t(dst), C.uintptr_t(uintptr(tmp)), C.int64_t(len(src)), 1))
+	return k.call(device, func(c *C.zccl_ctx) error {
+		tmp := C.malloc(C.size_t(len(src)))
+		defer C.free(tmp)
+		copy(unsafe.Slice((*byte)(tmp), len(src)), src)
+		return k.fail("zccl_memcpy", C.zk_memcpy(k.fn["zccl_memcpy"], c, C.uintptr_t(dst), C.uintptr_t(uintptr(tmp)), C.int64_t(len(src)), 1))
+	})
 }
 
 // Sync waits for stream.
 func (k *Kernels) Sync(device int, stream uintptr) error {
-	defer k.lock()()
-	c, err := k.ctx(device)
-	if err != nil {
-		return err
-	}
-	return k.fail("zccl_synchronize", C.zk_sync(k.fn["zccl_synchronize"], c, C.uintptr_t(stream)))
+	return k.call(device, func(c *C.zccl_ctx) error {
+		return k.fail("zccl_synchronize", C.zk_sync(k.fn["zccl_synchronize"], c, C.uintptr_t(stream)))
+	})
 }
+
+// EncodeSplit encodes src (sum(counts) elements) in split mode: chunk c's
+// static part at staticOut+staticOffs[c] (exactly codec.StaticLen bytes),
+// its dynamic part at dynOut+dynOffs[c], its length (device int64) at
+// dynLens+8c.
+func (k *Kernels) EncodeSplit(device int, dt dtype.DType, src uintptr, counts []int64, staticOut uintptr, staticOffs []int64,
+	dynOut uintptr, dynOffs []int64, dynLens, ws uintptr, wsLen int64, stream uintptr) error {
+	return k.call(device, func(c *C.zccl_ctx) error {
+		cc, f1 := cArray(counts)
+		defer f1()
+		cs, f2 := cArray(staticOffs)
+		defer f2()
+		cd, f3 := cArray(dynOffs)
+		defer f3()
+		return k.fail("zccl_encode_split", C.zk_encode_split(k.fn["zccl_encode_split"], c, C.int(dt), C.uintptr_t(src), cc, C.int(len(counts)),
+			C.uintptr_t(staticOut), cs, C.uintptr_t(dynOut), cd, C.uintptr_t(dynLens), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+	})
+}
+
+// DecodeSplit decodes split parts (kind codec.Zip3 or codec.Raw) of
+// len(counts) chunks into consecutive chunks of dst.
+func (k *Kernels) DecodeSplit(device int, dt dtype.DType, kind int, staticIn uintptr, staticOffs []int64, dynIn uintptr,
+	dynOffs, dynLens, counts []int64, dst, ws uintptr, wsLen int64, stream uintptr) error {
+	return k.call(device, func(c *C.zccl_ctx) error {
+		cs, f1 := cArray(staticOffs)
+		defer f1()
+		cd, f2 := cArray(dynOffs)
+		defer f2()
+		cl, f3 := cArray(dynLens)
+		defer f3()
+		cc, f4 := cArray(counts)
+		defer f4()
+		return k.fail("zccl_decode_split", C.zk_decode_split(k.fn["zccl_decode_split"], c, C.int(dt), C.int(kind), C.uintptr_t(staticIn), cs,
+			C.uintptr_t(dynIn), cd, cl, cc, C.int(len(counts)), C.uintptr_t(dst), C.uintptr_t(ws), C.int64_t(wsLen), C.uintptr_t(stream)))
+	})
+}
+
+// Copy directions of MemcpyAsync.
+const (
+	HostToDevice   = 1
+	DeviceToHost   = 2
+	DeviceToDevice = 3
+)
+
+// MemcpyAsync queues a copy of n bytes on stream (kind: HostToDevice,
+// DeviceToHost, DeviceToDevice). Host memory should come from HostAlloc.
+func (k *Kernels) MemcpyAsync(device int, dst, src uintptr, n int64, kind int, stream uintptr) error {
+	if n == 0 {
+		return nil
+	}
+	return k.call(device, func(c *C.zccl_ctx) error {
+		return k.fail("zccl_memcpy_async", C.zk_memcpy_async(k.fn["zccl_memcpy_async"], c, C.uintptr_t(dst), C.uintptr_t(src), C.int64_t(n), C.int(kind), C.uintptr_t(stream)))
+	})
+}
+
+// StreamCreate makes a non-blocking stream of the library's own.
+func (k *Kernels) StreamCreate(device int) (uintptr, error) {
+	var s C.uintptr_t
+	err := k.call(device, func(c *C.zccl_ctx) error {
+		return k.fail("zccl_stream_create", C.zk_stream_create(k.fn["zccl_stream_create"], c, &s))
+	})
+	return uintptr(s), err
+}
+
+// HostAlloc returns n bytes of page-locked host memory.
+func (k *Kernels) HostAlloc(device int, n int64) (uintptr, error) {
+	return k.alloc(device, "zccl_host_alloc", n)
+}
+
+// HostFree releases memory from HostAlloc.
+func (k *Kernels) HostFree(device int, p uintptr) { k.release(device, "zccl_host_free", p) }

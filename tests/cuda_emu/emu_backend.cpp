@@ -3,8 +3,18 @@
 // runs the same CTA bodies as the GPU (cuda/zc_kernels.h) over an emulated
 // grid. Together with cuda/zc_api.cpp this makes the whole C API run on
 // the CPU.
+//
+// ZCCL_EMU_PROTECT=1 (set by the engine's tests) makes device memory what it
+// is on a GPU: unreadable by the host. Every allocation is then its own
+// mapping, kept PROT_NONE except while a call of this library runs (the
+// engine serializes those calls), so host code that dereferences a device
+// pointer faults at once instead of passing unnoticed.
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#include <mutex>
+#include <unordered_map>
 
 #include "../../cuda/zc_backend.h"
 #include "emu.h"
@@ -13,7 +23,39 @@ namespace zc_backend {
 
 namespace {
 int g_sms = 2;  // emulated SMs: persistent grids of up to 2 * (CTAs per SM)
+
+bool protect_on() {
+  static const bool on = [] {
+    const char* v = getenv("ZCCL_EMU_PROTECT");
+    return v != nullptr && strcmp(v, "1") == 0;
+  }();
+  return on;
 }
+
+std::mutex g_regions_mu;
+std::unordered_map<void*, size_t> g_regions;  // protected allocations: start -> mapped bytes
+int g_open = 0;                               // nesting of Open guards
+
+void set_all(int prot) {
+  for (auto& [p, n] : g_regions) mprotect(p, n, prot);
+}
+
+// Device memory is readable while a call of the library runs.
+struct Open {
+  Open() {
+    if (!protect_on()) return;
+    std::lock_guard<std::mutex> l(g_regions_mu);
+    if (g_open++ == 0) set_all(PROT_READ | PROT_WRITE);
+  }
+  ~Open() {
+    if (!protect_on()) return;
+    std::lock_guard<std::mutex> l(g_regions_mu);
+    if (--g_open == 0) set_all(PROT_NONE);
+  }
+};
+
+int fake_stream = 0;  // streams are ignored; a distinct non-null handle
+}  // namespace
 
 int device_count() { return 1; }
 
@@ -30,18 +72,31 @@ int device_info(int device, DeviceInfo* info) {
 int set_device(int) { return 0; }
 
 int memset_async(void* p, int value, size_t n, zccl_stream_t) {
+  Open open;
   memset(p, value, n);
   return 0;
 }
 
 int memcpy_sync(void* dst, const void* src, size_t n, int, zccl_stream_t) {
+  Open open;
   memmove(dst, src, n);
   return 0;
 }
 
+int memcpy_async(void* dst, const void* src, size_t n, int kind, zccl_stream_t s) {
+  return memcpy_sync(dst, src, n, kind, s);
+}
+
 int stream_sync(zccl_stream_t) { return 0; }
 
-int dev_malloc(void** p, size_t n) {
+int stream_create(zccl_stream_t* s) {
+  *s = (zccl_stream_t)&fake_stream;
+  return 0;
+}
+
+int stream_destroy(zccl_stream_t) { return 0; }
+
+int host_alloc(void** p, size_t n) {
   *p = aligned_alloc(256, (n + 255) / 256 * 256);
   if (*p == nullptr) {
     set_error("emulator: out of memory");
@@ -50,7 +105,38 @@ int dev_malloc(void** p, size_t n) {
   return 0;
 }
 
+int host_free(void* p) {
+  free(p);
+  return 0;
+}
+
+int dev_malloc(void** p, size_t n) {
+  if (protect_on()) {
+    size_t bytes = (n + 4095) / 4096 * 4096;
+    void* m = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      set_error("emulator: out of memory");
+      return 1;
+    }
+    std::lock_guard<std::mutex> l(g_regions_mu);
+    if (g_open > 0) mprotect(m, bytes, PROT_READ | PROT_WRITE);
+    g_regions[m] = bytes;
+    *p = m;
+    return 0;
+  }
+  return host_alloc(p, n);
+}
+
 int dev_free(void* p) {
+  if (protect_on()) {
+    std::lock_guard<std::mutex> l(g_regions_mu);
+    auto it = g_regions.find(p);
+    if (it != g_regions.end()) {
+      munmap(p, it->second);
+      g_regions.erase(it);
+      return 0;
+    }
+  }
   free(p);
   return 0;
 }
@@ -69,18 +155,21 @@ int dispatch(int dtype, F&& f) {
 }
 
 int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t) {
+  Open open;
   return dispatch(dtype, [&](auto dt) {
     zc_emu::launch((unsigned)grid, zc::kThreads, zc::enc_smem_bytes(), [&] { zc::encode_cta<decltype(dt)::value>(p); });
   });
 }
 
 int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t) {
+  Open open;
   return dispatch(dtype, [&](auto dt) {
     zc_emu::launch((unsigned)grid, zc::kThreads, zc::fb_smem_bytes(), [&] { zc::fallback_cta<decltype(dt)::value>(p); });
   });
 }
 
 int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t) {
+  Open open;
   return dispatch(dtype, [&](auto dt) {
     zc_emu::launch((unsigned)grid, zc::kThreads, smem, [&] { zc::decode_cta<decltype(dt)::value>(p); });
   });
