@@ -74,6 +74,7 @@ func deviceOf(op *C.zc_op) *comm.DeviceOp {
 		Stream: uintptr(op.stream),
 		Done:   uintptr(op.done),
 		Defer:  op.flags&C.ZC_OPF_DEFER != 0,
+		Engine: op.flags&C.ZC_OPF_ENGINE != 0,
 	}
 }
 
@@ -93,6 +94,7 @@ func opOf(op *C.zc_op) *comm.Op {
 	o.In = buffers(op.in, op.n_in, elem)
 	o.Out = buffers(op.out, op.n_out, elem)
 	o.Dev = deviceOf(op)
+	o.Staged = op.flags&C.ZC_OPF_STAGED != 0
 	return o
 }
 

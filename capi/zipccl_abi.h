@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define ZC_ABI_VERSION 2
+#define ZC_ABI_VERSION 3
 
 /* Element types (match backend/dtype). */
 enum {
@@ -117,7 +117,9 @@ typedef struct {
   int32_t flags;       /* ZC_OPF_* */
   int32_t device;      /* ZC_OPF_DEVICE: the CUDA device of every buffer */
   uint64_t stream;     /* ZC_OPF_DEVICE: the cudaStream_t to enqueue on */
-  uintptr_t done;      /* ZC_OPF_DEVICE: the op's end event, for zc_dev_query_fn */
+  uintptr_t done;      /* ZC_OPF_DEVICE: the op's end event, for zc_dev_query_fn;
+                        * ZC_OPF_ENGINE: the event after which its inputs are
+                        * ready (ABI 3) */
 } zc_op;
 
 typedef struct {
@@ -257,11 +259,11 @@ typedef int64_t (*zc_codec_bench_fn)(const void* src, int64_t nbytes,
                                      int32_t errlen);
 
 /*
- * GPU path (ABI 2). An op whose buffers are CUDA device memory carries
- * ZC_OPF_DEVICE, its device, the stream it must be enqueued on (the shim
- * makes that stream wait for the caller's current stream first) and a
- * handle of its end event. The shim first asks zc_comm_device_plan how the
- * group runs it:
+ * GPU path (ABI 2, ZC_DEV_CODED in ABI 3). An op whose buffers are CUDA
+ * device memory carries ZC_OPF_DEVICE, its device, the stream it must be
+ * enqueued on (the shim makes that stream wait for the caller's current
+ * stream first) and a handle of its end event. The shim first asks
+ * zc_comm_device_plan how the group runs it:
  *   ZC_DEV_NCCL    submit it as a device op: zc_comm_submit enqueues it on
  *                  the stream before returning (NCCL, or the CUDA kernels and
  *                  NCCL when the switcher codes it), from the calling thread,
@@ -273,21 +275,35 @@ typedef int64_t (*zc_codec_bench_fn)(const void* src, int64_t nbytes,
  *                  communicators are aborted; NCCL asynchronous errors). An
  *                  error returned by zc_comm_submit means the op failed there.
  *   ZC_DEV_STAGED  run it host-staged: copy the inputs to pinned host memory,
- *                  submit an ordinary host op over those copies, copy the
- *                  outputs back when it completes (the engine has logged the
- *                  slow path once at WARN, with the reason).
+ *                  submit an ordinary host op over those copies, flagged
+ *                  ZC_OPF_STAGED, copy the outputs back when it completes
+ *                  (the engine has logged the slow path once at WARN, with
+ *                  the reason).
+ *   ZC_DEV_CODED   submit it with ZC_OPF_DEVICE | ZC_OPF_ENGINE and done set
+ *                  to an event recorded on the caller's stream: the engine
+ *                  runs it like a host op (its queue, its transport), waits
+ *                  for that event before it touches the buffers, codes on the
+ *                  GPU what the switcher codes and stages the rest itself;
+ *                  every GPU access is finished when zc_poll delivers the
+ *                  completion. The shim then records the end event on its
+ *                  stream, as for a staged op. stream is unused.
  * Every rank decides the same for the same op. The first plan of a group
  * publishes this rank's GPU capabilities through the store and waits for
  * those of the ranks the op involves (the whole group; the peer of a send
  * or recv), so it blocks like a collective.
  */
-enum { ZC_OPF_DEVICE = 1, ZC_OPF_DEFER = 2 /* coalescing: enqueued by zc_comm_device_flush */ };
-enum { ZC_DEV_NCCL = 1, ZC_DEV_STAGED = 2 };
+enum {
+  ZC_OPF_DEVICE = 1,
+  ZC_OPF_DEFER = 2,  /* coalescing: enqueued by zc_comm_device_flush */
+  ZC_OPF_ENGINE = 4, /* ABI 3: the coded path (ZC_DEV_CODED) */
+  ZC_OPF_STAGED = 8  /* ABI 3: a host op over the shim's copies of CUDA tensors */
+};
+enum { ZC_DEV_NCCL = 1, ZC_DEV_STAGED = 2, ZC_DEV_CODED = 3 };
 
 typedef struct {
-  int32_t path;        /* out: ZC_DEV_NCCL or ZC_DEV_STAGED */
+  int32_t path;        /* out: ZC_DEV_NCCL, ZC_DEV_STAGED or ZC_DEV_CODED */
   int32_t reserved;
-  char reason[1024];   /* out: why staged (NUL-terminated) */
+  char reason[1024];   /* out: why this path (NUL-terminated) */
 } zc_dev_plan;
 
 /* Reports whether the end event behind done completed: 1 yes, 0 not yet

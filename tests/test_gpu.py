@@ -11,7 +11,8 @@
 * corrupted frames are rejected;
 * the c10d backend on CUDA tensors (the GPU path of torchext/cuda_path.cpp):
   every kind of op bit for bit against torch's NCCL backend (two GPUs),
-  its stream semantics (one GPU), and the host-staged path against the
+  its stream semantics (one GPU); the coded path (GPU coding, zipccl's own
+  transport), the host-staged path, and a job mixing the two, against the
   CPU path (one GPU shared by two ranks).
 
 The kernel tests need a CUDA GPU and a built libzipccl_cuda.so (``make
@@ -316,6 +317,13 @@ def test_corrupt_frames_rejected(k):
 # Without them these tests skip with the reason.
 
 STAGED_WARNING = "host-staged slow path"
+CODED_LOG = "GPU-coded over zipccl's transport"
+# Makes the switcher code every float op the coded path can code (the
+# cases' sizes are below the default thresholds), on CUDA and CPU tensors
+# alike: lossless, so the reference bits do not change.
+# The engine logs the GPU path it takes at INFO.
+CODE_ENV = {"ZIPCCL_COMPRESS": "always", "ZIPCCL_TWO_SHOT_MIN": "4096", "ZIPCCL_COMPRESS_MIN": "4096",
+            "ZIPCCL_DEBUG": "INFO"}
 
 
 def _need_gpus(n: int) -> None:
@@ -539,18 +547,7 @@ def _task_staged(rank, ws, dev, f):
     # Issued on a side stream behind a long kernel; read on the default
     # stream after wait(): only right when the inputs were copied after the
     # side stream's fill and the result copied back before the read.
-    cycles = _sleep_cycles(1.0)
-    x = torch.zeros(1 << 20, device=dev)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(cycles)
-        x.fill_(3.0)
-        work = dist.all_reduce(x, async_op=True)
-    work.wait()
-    done = work.is_completed()
-    y = x.clone()
-    torch.cuda.synchronize()
+    y, _, _, done = _side_stream_all_reduce(dev)
     if not done:
         f.append("a staged work was not complete after wait() (its CPU part is waited for on the host)")
     if not bool((y == 3.0 * ws).all()):
@@ -562,6 +559,82 @@ def _task_staged(rank, ws, dev, f):
     except RuntimeError as e:
         if "any source" not in str(e):
             f.append(f"recv from any source: unclear message: {str(e)[:300]}")
+
+
+def _gpu_stats(group=None) -> dict[str, int]:
+    """How many ops of the group ran coded on the GPU, and how many the
+    engine staged, on the coded path (the engine's statistics)."""
+    import zipccl
+
+    ops = zipccl.stats(group).get("ops", {}).values()
+    return {k: sum(int(v.get(k, 0)) for v in ops) for k in ("gpu_coded", "gpu_staged")}
+
+
+def _task_coded(rank, ws, dev, f):
+    """Every kind of op on CUDA tensors on the coded path (the ranks share
+    one GPU, which NCCL refuses), bit for bit against the same op on CPU
+    tensors, the GPU coding what the switcher codes (CODE_ENV); then the
+    path's stream order: launching does not wait for the caller's stream,
+    the op reads its inputs after the work already on it, and wait() makes
+    its result visible to the caller's stream."""
+    for what, run in _collective_cases(rank, ws, lambda which: None,
+                                       lambda t, which: t.to(dev) if which == "zipccl" else t, strided_ref=True):
+        _compare(f, what, run)
+    st = _gpu_stats()
+    if st["gpu_coded"] < 5 or st["gpu_staged"] < 3:
+        f.append(f"the coded path coded {st['gpu_coded']} ops on the GPU and staged {st['gpu_staged']}; "
+                 "expected the float collectives coded and the rest (int64, MAX, AVG, gather...) staged")
+
+    y, launch_s, busy, done = _side_stream_all_reduce(dev)
+    if launch_s > 0.5:
+        f.append(f"launching took {launch_s:.2f}s: the host waited for the caller's stream")
+    if not busy:
+        f.append("the work was complete while the stream it follows was still busy")
+    if not done:
+        f.append("a coded-path work was not complete after wait()")
+    if not bool((y == 3.0 * ws).all()):
+        f.append(f"coded all_reduce on a side stream: read {y.unique()[:4].tolist()} after wait(), want {3.0 * ws}")
+
+
+def _task_mixed(rank, ws, dev, f):
+    """A mixed job: rank 0's group stages its CUDA tensors (gpu_path
+    staged), rank 1's codes them on the GPU; together they give the CPU
+    path's bits."""
+    import zipccl
+
+    g = dist.new_group(backend="zipccl", pg_options=zipccl.Options(gpu_path="staged" if rank == 0 else None))
+    wanted = {"all_reduce torch.bfloat16 SUM", "all_reduce torch.float32 SUM", "all_gather_into_tensor",
+              "reduce_scatter", "all_to_all_uneven", "broadcast", "send_recv"}
+    for what, run in _collective_cases(rank, ws, lambda which: g if which == "zipccl" else None,
+                                       lambda t, which: t.to(dev) if which == "zipccl" else t, strided_ref=True):
+        if what in wanted:
+            _compare(f, what, run)
+    st = _gpu_stats(g)
+    if (st["gpu_coded"] > 0) != (rank == 1):
+        f.append(f"rank {rank} coded {st['gpu_coded']} ops on the GPU (only rank 1 codes)")
+
+
+def _side_stream_all_reduce(dev) -> tuple[torch.Tensor, float, bool, bool]:
+    """An all_reduce of 3.0s issued on a side stream behind a 1 s kernel and
+    the fill it reduces, then waited for and read on the default stream:
+    (what was read, seconds the launch took, whether the work was still
+    busy after the launch, whether it was complete after wait())."""
+    cycles = _sleep_cycles(1.0)
+    x = torch.zeros(1 << 20, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    t0 = time.monotonic()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(cycles)
+        x.fill_(3.0)
+        work = dist.all_reduce(x, async_op=True)
+    launch_s = time.monotonic() - t0
+    busy = not work.is_completed()
+    work.wait()
+    done = work.is_completed()
+    y = x.clone()
+    torch.cuda.synchronize()
+    return y, launch_s, busy, done
 
 
 def _sleep_cycles(seconds: float) -> int:
@@ -635,7 +708,14 @@ def _task_shared(rank, ws, dev, f):
         f.append("all_gather_into_tensor on a shared GPU: wrong result")
 
 
-_TASKS = {"vs_nccl": _task_vs_nccl, "staged": _task_staged, "streams": _task_streams, "shared": _task_shared}
+_TASKS = {"vs_nccl": _task_vs_nccl, "staged": _task_staged, "streams": _task_streams, "shared": _task_shared,
+          "coded": _task_coded, "mixed": _task_mixed}
+
+
+def _kernels_found() -> bool:
+    from zipccl.bench.kernels import find_library
+
+    return bool(find_library())
 
 
 def test_backend_cuda_matches_nccl():
@@ -653,13 +733,34 @@ def test_backend_cuda_stream_semantics():
     assert STAGED_WARNING not in logs[0], f"CUDA tensors were staged; the NCCL path was expected:\n{logs[0][-3000:]}"
 
 
-def test_backend_cuda_ranks_sharing_a_gpu_stage():
+def test_backend_cuda_ranks_sharing_a_gpu():
+    """NCCL refuses ranks that share a GPU: they take the coded path (the
+    staged one without the kernel library), and say why."""
     _need_gpus(1)
     if torch.cuda.device_count() > 1:
         pytest.skip("every rank gets its own GPU here; this needs ranks that share one")
-    logs = _run_gpu(2, "shared", need_nccl=False)
+    logs = _run_gpu(2, "shared", need_nccl=False, env={"ZIPCCL_DEBUG": "INFO"})
+    path = CODED_LOG if _kernels_found() else STAGED_WARNING
     for r, log in enumerate(logs):
-        assert STAGED_WARNING in log and "share GPU" in log, f"rank {r} did not stage, or not for sharing:\n{log[-3000:]}"
+        assert path in log and "share GPU" in log, f"rank {r} did not log {path!r} for sharing a GPU:\n{log[-3000:]}"
+
+
+def test_backend_cuda_coded_path():
+    _need_gpus(1)
+    if not _kernels_found():
+        pytest.skip("the coded path needs the CUDA kernel library (make cuda)")
+    logs = _run_gpu(2, "coded", need_nccl=False, env=CODE_ENV)
+    for r, log in enumerate(logs):
+        assert CODED_LOG in log and STAGED_WARNING not in log, f"rank {r} did not run the coded path:\n{log[-3000:]}"
+
+
+def test_backend_cuda_mixed_coded_and_staged():
+    _need_gpus(1)
+    if not _kernels_found():
+        pytest.skip("the coded path needs the CUDA kernel library (make cuda)")
+    logs = _run_gpu(2, "mixed", need_nccl=False, env=CODE_ENV)
+    assert STAGED_WARNING in logs[0], f"rank 0 did not stage:\n{logs[0][-3000:]}"
+    assert CODED_LOG in logs[1] and STAGED_WARNING not in logs[1], f"rank 1 did not code:\n{logs[1][-3000:]}"
 
 
 def test_backend_cuda_host_staged():

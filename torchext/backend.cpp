@@ -414,9 +414,13 @@ c10::intrusive_ptr<c10d::Work> ZipcclBackend::launch(
   if (!launchDevice(work, op)) {
     // The completion thread may finish the work (and free its ops) as soon
     // as the last part is submitted: take what is needed up front.
+    const bool staged = work->device() != nullptr;
     std::vector<zc_op> zops;
     for (const OpSpec& spec : work->ops()) {
       zops.push_back(toZcOp(spec));
+      if (staged) {
+        zops.back().flags |= ZC_OPF_STAGED; // codes as the coded path does
+      }
     }
     const std::string failure = submit(work, zops, op, /*releaseGil=*/false);
     TORCH_CHECK(failure.empty(), failure);

@@ -169,13 +169,20 @@ class ZipcclBackend : public c10d::Backend {
   // The GPU path (cuda_path.cpp). For a work whose tensors are on CUDA: asks
   // the engine for the path (zc_comm_device_plan) and orders the work after
   // the caller's current stream; on the NCCL path submits its ops as device
-  // ops on a communication stream and returns true; host-staged, moves its
-  // buffers onto pinned host copies and returns false, for launch() to
-  // submit it as a host work. Returns false for a host work. Throws on
-  // mixed devices and on planning or submit errors.
+  // ops on a communication stream and returns true; on the coded path
+  // submits them as engine ops (launchEngine) and returns true;
+  // host-staged, moves its buffers onto pinned host copies and returns
+  // false, for launch() to submit it as a host work. Returns false for a
+  // host work. Throws on mixed devices and on planning or submit errors.
   bool launchDevice(
       const c10::intrusive_ptr<ZipcclWork>& work,
       const char* op);
+  void launchEngine(
+      const c10::intrusive_ptr<ZipcclWork>& work,
+      const char* op,
+      c10::Device device,
+      const c10::Stream& current,
+      std::shared_ptr<DeviceState> state);
   // endCoalescing: enqueues the CUDA ops deferred in the block as one NCCL
   // group (zc_comm_device_flush), then records their end events.
   void flushDevice(const std::vector<c10::intrusive_ptr<ZipcclWork>>& children);

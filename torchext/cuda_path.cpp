@@ -360,9 +360,13 @@ bool ZipcclBackend::launchDevice(
   const c10::Stream current = impl.getStream(*device);
   const c10::Stream stream = deviceStreams_.get(*device, peer);
 
-  // The path, decided by the engine (the same on every rank). A work of
-  // several ops is staged whole when any of them is.
+  // The path, decided by the engine. Whether an op runs through NCCL or
+  // through the engine is the same on every rank, so is a work's rule: it
+  // goes through the engine whole when any of its ops does, staged when
+  // any of them stages here (each rank codes on its GPU or stages alone:
+  // the two interoperate).
   bool staged = false;
+  bool engine = false;
   char err[2048];
   for (const OpSpec& spec : specs) {
     zc_op z = toZcOp(spec);
@@ -383,6 +387,7 @@ bool ZipcclBackend::launchDevice(
                 " on CUDA tensors: planning failed with error code " +
                 std::to_string(rc));
     staged = staged || plan.path == ZC_DEV_STAGED;
+    engine = engine || plan.path != ZC_DEV_NCCL;
   }
 
   // Ordered after the caller's work so far.
@@ -395,6 +400,10 @@ bool ZipcclBackend::launchDevice(
     stageWork(*work, *state, current);
     work->setDevice(std::move(state));
     return false; // launch() submits the host ops over the pinned copies
+  }
+  if (engine) {
+    launchEngine(work, op, *device, current, std::move(state));
+    return true;
   }
 
   bool defer = false;
@@ -436,6 +445,35 @@ bool ZipcclBackend::launchDevice(
     postEnqueue(*work, /*copies=*/false);
   }
   TORCH_CHECK(false, failure);
+}
+
+void ZipcclBackend::launchEngine(
+    const c10::intrusive_ptr<ZipcclWork>& work,
+    const char* op,
+    c10::Device device,
+    const c10::Stream& current,
+    std::shared_ptr<DeviceState> state) {
+  // The engine reads the buffers once the caller's stream has reached this
+  // point (it polls this event), runs the ops through its own queue and
+  // transport, and has finished every GPU access when it completes them;
+  // the end event is then recorded on the communication stream
+  // (finalizeDevice), after any copy into non-contiguous outputs.
+  auto ready = std::make_shared<DeviceSync>(current);
+  ready->record();
+  state->ready = ready;
+  state->hostWait = true;
+  state->syncs = {std::make_shared<DeviceSync>(state->stream)};
+  std::vector<OpSpec>& specs = work->ops();
+  std::vector<zc_op> zops(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    zops[i] = toZcOp(specs[i]);
+    zops[i].flags = ZC_OPF_DEVICE | ZC_OPF_ENGINE;
+    zops[i].device = device.index();
+    zops[i].done = reinterpret_cast<uintptr_t>(ready.get());
+  }
+  work->setDevice(std::move(state));
+  const std::string failure = submit(work, zops, op, /*releaseGil=*/true);
+  TORCH_CHECK(failure.empty(), failure);
 }
 
 void ZipcclBackend::flushDevice(

@@ -86,6 +86,9 @@ struct DeviceState {
   std::vector<std::pair<at::Tensor, at::Tensor>> stageBack;
   // Staged: the pinned copies the host op reads and writes.
   std::vector<at::Tensor> pinned;
+  // Coded path: the point on the caller's stream after which the engine may
+  // read the buffers (it polls it until the work completes).
+  std::shared_ptr<DeviceSync> ready;
 };
 
 // One communication stream per (device, peer) for each backend: peer -1 for

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/gpu"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
@@ -28,6 +29,8 @@ type Config struct {
 	Complete func(ticket uint64, source int, err error)
 	// Endpoint overrides the process's shared listener (tests).
 	Endpoint *transport.Endpoint
+	// GPU overrides the process's GPU environment (tests).
+	GPU *gpu.Env
 }
 
 // Comm is one rank's communicator.
@@ -60,6 +63,7 @@ type Comm struct {
 	a2aSize map[dtype.DType]int
 	stats   stats
 	dev     device // the GPU side (device.go), set up at the first CUDA op
+	gpuPath string // the group option gpu_path: nccl, coded, staged, or "" (ZIPCCL_GPU_PATH)
 }
 
 type task struct {
@@ -72,6 +76,8 @@ type task struct {
 	decision switcher.Decision
 	keyed    bool         // the switcher's feedback times this call
 	key      switcher.Key // under this key
+	dev      *devState    // a coded-path device op, once its inputs are ready
+	gpuCoded bool         // its payload was coded on the GPU
 }
 
 // New creates the communicator. It publishes this rank's address (and, on
@@ -90,6 +96,9 @@ func New(cfg Config) (*Comm, error) {
 	c.stats.init()
 	var err error
 	if c.z, err = configureCompression(cfg.Options); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
+	}
+	if c.gpuPath, err = gpu.ParsePath(cfg.Options["gpu_path"]); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
 	c.publish()
@@ -151,7 +160,7 @@ func (c *Comm) Submit(op *Op) error {
 	if err := op.validate(c.cfg.Rank, c.cfg.Size); err != nil {
 		return err
 	}
-	if op.Dev != nil {
+	if op.Dev != nil && !op.Dev.Engine {
 		return c.submitDevice(op)
 	}
 	c.mu.Lock()
@@ -174,7 +183,7 @@ func (c *Comm) Submit(op *Op) error {
 
 // complete delivers an op's outcome.
 func (c *Comm) complete(t *task, source int, err error) {
-	c.stats.record(t.op, t.wire.Load(), t.uncoded.Load(), time.Since(t.start), time.Duration(t.codecNs.Load()), t.decision, err)
+	c.stats.record(t.op, t.wire.Load(), t.uncoded.Load(), time.Since(t.start), time.Duration(t.codecNs.Load()), t.decision, t.gpuCoded, err)
 	if err != nil {
 		c.log.Infof("%s failed: %v", t.op.Kind, err)
 	} else if zlog.Enabled(zlog.Trace) {

@@ -42,16 +42,23 @@ func newRig(t *testing.T, n int, timeout time.Duration) *rig {
 // newRigWith starts n communicators of group name on loopback, with each
 // rank's options from opts; they are aborted when the test ends.
 func newRigWith(t *testing.T, n int, name string, timeout time.Duration, opts func(rank int) map[string]string) *rig {
+	return newRigConfig(t, n, func(rank int) Config {
+		return Config{Name: name, Timeout: timeout, Options: opts(rank)}
+	})
+}
+
+// newRigConfig starts n communicators with each rank's Config from cfg
+// (its rank, size, store, endpoint and completion filled in).
+func newRigConfig(t *testing.T, n int, cfg func(rank int) Config) *rig {
 	t.Helper()
 	r := &rig{t: t, done: map[uint64]chan result{}}
 	store := rendezvous.NewMemStore()
 	for i := 0; i < n; i++ {
 		ep, err := transport.Listen("127.0.0.1")
 		require.NoError(t, err)
-		c, err := New(Config{
-			Rank: i, Size: n, Name: name, Timeout: timeout, Store: store, Endpoint: ep,
-			Options: opts(i), Complete: r.complete,
-		})
+		conf := cfg(i)
+		conf.Rank, conf.Size, conf.Store, conf.Endpoint, conf.Complete = i, n, store, ep, r.complete
+		c, err := New(conf)
 		require.NoError(t, err)
 		r.comms = append(r.comms, c)
 		r.eps = append(r.eps, ep)

@@ -96,10 +96,19 @@ func (c *Comm) switcherInput(op *Op, size int) (switcher.Input, bool) {
 	if !ok {
 		return switcher.Input{}, false
 	}
-	return switcher.Input{
+	in := switcher.Input{
 		Op: sop, DType: op.DType, Bytes: size, Ranks: c.cfg.Size,
 		Mode: c.z.mode, Profile: c.z.profile, Ratio: c.z.ratios[op.DType],
-	}, true
+	}
+	if fromDevice(op) {
+		zip3Only(&in)
+	}
+	return in, true
+}
+
+// zip3Only makes the switcher choose between raw and zip3 (see fromDevice).
+func zip3Only(in *switcher.Input) {
+	in.Profile.Enc[codec.Huff], in.Profile.Dec[codec.Huff] = 0, 0
 }
 
 // agreeSizeFirst says whether op's decision needs the group's largest
@@ -233,16 +242,12 @@ func (c *Comm) ringWhere() float64 {
 }
 
 // estimate samples the op's local data for the check's telemetry.
-func (c *Comm) estimate(op *Op) telemetry {
+func (c *Comm) estimate(t *task) telemetry {
+	op := t.op
 	if c.z.mode == switcher.Never || !switcher.Compressible(op.DType) || len(op.In) == 0 {
 		return telemetry{}
 	}
-	var best []byte
-	for _, b := range op.In {
-		if len(b) > len(best) {
-			best = b
-		}
-	}
+	best := sampleOf(t)
 	if len(best) < 4096 {
 		return telemetry{}
 	}
@@ -300,7 +305,8 @@ const (
 // own data. The results are folded over the group (the worst link, the
 // slowest coder) so every rank holds the same profile. It runs under the
 // op's sequence number on reserved slots, after the op was agreed.
-func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
+func (c *Comm) probe(ctx context.Context, conn *opConn, t *task) error {
+	op := t.op
 	n, me := c.cfg.Size, c.cfg.Rank
 	right, left := (me+1)%n, (me-1+n)%n
 	slot := uint32(probeSlot | 0x100)
@@ -341,23 +347,25 @@ func (c *Comm) probe(ctx context.Context, conn *opConn, op *Op) error {
 	}
 	beta = max(beta, 1e-12)
 
-	var sample []byte
-	for _, b := range op.In {
-		if len(b) > len(sample) {
-			sample = b
-		}
-	}
-	sample = sample[:min(len(sample), probeSample)/op.DType.Size()*op.DType.Size()]
-	if len(sample) < probeMinSample {
-		// this rank sends little or nothing (an all_to_all's splits): time
-		// the codec on typical weights instead, since a per-call overhead
-		// or no data at all would set the group's speed near zero for good
-		sample = codec.StandIn(op.DType, probeSample)
-	}
 	var speeds [4]float64 // enc zip3, dec zip3, enc huff, dec huff
-	for i, k := range []codec.Kind{codec.Zip3, codec.Huff} {
-		enc, dec := codecSpeed(sample, op.DType, k)
-		speeds[2*i], speeds[2*i+1] = enc, dec
+	if t.dev != nil {
+		// the GPU codes this rank's share (zip3 only: huff stays 0, so the
+		// group never picks it)
+		speeds[0], speeds[1] = deviceCodecSpeed(t)
+	} else {
+		sample := sampleOf(t)
+		sample = sample[:min(len(sample), probeSample)/op.DType.Size()*op.DType.Size()]
+		if len(sample) < probeMinSample {
+			// this rank sends little or nothing (an all_to_all's splits):
+			// time the codec on typical weights instead, since a per-call
+			// overhead or no data at all would set the group's speed near
+			// zero for good
+			sample = codec.StandIn(op.DType, probeSample)
+		}
+		for i, k := range []codec.Kind{codec.Zip3, codec.Huff} {
+			enc, dec := codecSpeed(sample, op.DType, k)
+			speeds[2*i], speeds[2*i+1] = enc, dec
+		}
 	}
 	// Fold: latency and per-byte cost to the group's maximum, speeds to
 	// its minimum. Encoded as float64s; speeds are negated so one max

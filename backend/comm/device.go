@@ -22,6 +22,10 @@ type DeviceOp struct {
 	Stream uintptr // cudaStream_t
 	Done   uintptr // end-event handle for the shim's query callback
 	Defer  bool    // coalescing: enqueued by DeviceFlush, in one NCCL group
+	// Engine: the coded path (gpu.PathCoded, devpath.go). The op runs
+	// through the communicator like a host op; Done is then the event after
+	// which its inputs are ready, and Stream is unused.
+	Engine bool
 }
 
 // device is the communicator's GPU side, created at its first CUDA op.
@@ -35,7 +39,7 @@ func (c *Comm) deviceGroup() *gpu.Group {
 		z := c.shared.Load()
 		c.dev.g.Store(gpu.NewGroup(gpu.Config{
 			Rank: c.cfg.Rank, Size: c.cfg.Size, Name: c.cfg.Name, Store: c.cfg.Store, Log: c.log,
-			Mode: z.mode, Thresholds: z.th, Ctx: c.ctx, OnBroken: c.deviceBroken,
+			Mode: z.mode, Thresholds: z.th, Ctx: c.ctx, OnBroken: c.deviceBroken, Env: c.cfg.GPU, Forced: c.gpuPath,
 		}))
 	})
 	return c.dev.g.Load()

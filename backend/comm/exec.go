@@ -81,10 +81,18 @@ func (c *Comm) runCollective(t *task) error {
 	ctx, cancel := context.WithTimeoutCause(c.ctx, timeout, &timeoutError{after: timeout.String()})
 	defer cancel()
 
+	if op.Dev != nil {
+		if err := c.readyDevice(ctx, t, true); err != nil {
+			return c.collErr(t, fields, err)
+		}
+	}
 	if c.cfg.Size == 1 {
+		if op.Dev != nil {
+			return c.collErr(t, fields, c.staged(t, runLocal))
+		}
 		return c.collErr(t, fields, runLocal(op))
 	}
-	tele := c.estimate(op)
+	tele := c.estimate(t)
 	tele.where = c.where()
 	prev := c.takeLast()
 	if prev.keyed {
@@ -107,7 +115,7 @@ func (c *Comm) runCollective(t *task) error {
 		size = int(agreed.size)
 		probed := c.wantsProbe(op, size)
 		if probed {
-			if err := c.probe(ctx, conn, op); err != nil {
+			if err := c.probe(ctx, conn, t); err != nil {
 				return c.collErr(t, fields, err)
 			}
 		}
@@ -264,6 +272,9 @@ func runLocal(op *Op) error {
 // on the final values) and PREMUL_SUM (scale a private copy of the input,
 // then sum) so the algorithms only see plain reductions.
 func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) error {
+	if op.Dev != nil {
+		return c.runDevice(ctx, conn, op, t)
+	}
 	// Local is measured and folded with the link profile, so all ranks see
 	// the same value (before the group has measured itself: false).
 	a := collective.Args{DType: op.DType, Op: op.ReduceOp, Root: op.Root, In: op.In, Out: op.Out, Pool: c.pool,
@@ -280,7 +291,7 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 	}
 	var err error
 	if t.decision.Zcoll {
-		err = c.runZcoll(ctx, conn, op, a, t)
+		err = c.runZcoll(ctx, conn, op, a, t, nil)
 	} else {
 		err = runPlain(ctx, conn, op, a)
 	}

@@ -28,6 +28,9 @@ type Op struct {
 	In       [][]byte
 	Out      [][]byte
 	Dev      *DeviceOp // non-nil: CUDA device memory, the GPU path (device.go)
+	// Staged: host copies the shim made of CUDA tensors (the host-staged
+	// path). Such ops, like the coded path's, code with zip3 only.
+	Staged bool
 }
 
 // numel of a buffer, in elements of the op's dtype.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/gpu"
 	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
@@ -52,12 +53,25 @@ func (c *Comm) startP2P(t *task) {
 		}
 		mine := describe(op, c.cfg.Rank)
 		var head descFields
+		var dev *gpu.Device
+		var stage []byte // a device op's uncoded payload, in host memory
+		if op.Dev != nil {
+			var err error
+			if dev, err = gpu.DeviceFor(c.gpuEnv(), op.Dev.Index); err != nil {
+				go c.complete(t, -1, c.p2pErr(op, op.Root, fmt.Errorf("the coded GPU path cannot use cuda:%d: %w", op.Dev.Index, err)))
+				return
+			}
+		}
 		accept := func(d transport.Desc, n uint64) ([]byte, error) {
 			head = decodeDesc(d)
 			if head.kind != mine.kind || head.dt != mine.dt {
 				return nil, &transport.MismatchError{Peer: op.Root, Want: mine.encode(), Got: d, WantLen: uint64(len(op.Out[0])), GotLen: n}
 			}
 			if head.flags&flagCoded == 0 {
+				if dev != nil {
+					stage = dev.HostBuf(len(op.Out[0]))
+					return stage, nil
+				}
 				return op.Out[0], nil
 			}
 			if head.count != uint64(op.numel(op.Out[0])) {
@@ -70,8 +84,13 @@ func (c *Comm) startP2P(t *task) {
 			ctx, cancel := c.opContext(op)
 			defer cancel()
 			src, err := pd.Wait(ctx)
-			if err == nil && head.flags&flagCoded != 0 {
-				err = c.recvCoded(ctx, t, src, head)
+			if err == nil && dev != nil {
+				err = c.recvDevice(ctx, t, dev, src, head, stage)
+			} else if err == nil && head.flags&flagCoded != 0 {
+				err = c.recvCoded(ctx, t, src, head, op.Out[0], zcoll.HostCoder(c.pool))
+			}
+			if stage != nil {
+				dev.PutHostBuf(stage)
 			}
 			c.complete(t, src, c.p2pErr(op, src, err))
 		}()
@@ -105,16 +124,28 @@ func (c *Comm) drainSends(q *sendQueue) {
 		op := t.op
 		ctx, cancel := c.opContext(op)
 		var err error
-		if t.decision = c.decideP2P(op); t.decision.Coded {
-			id := q.nextID
+		t.decision = c.decideP2P(op)
+		var id uint32
+		if t.decision.Coded {
+			id = q.nextID
 			q.nextID++
-			err = c.sendCoded(ctx, t, id)
-		} else {
+		}
+		plain := func(buf []byte) error {
 			desc := describe(op, c.cfg.Rank).encode()
-			err = c.mesh.Send(ctx, op.Root, transport.Key{Kind: transport.P2P, Seq: uint64(op.Tag)}, &desc, op.In[0])
+			err := c.mesh.Send(ctx, op.Root, transport.Key{Kind: transport.P2P, Seq: uint64(op.Tag)}, &desc, buf)
 			if err == nil {
-				t.wire.Add(byteLen(op.In))
+				t.wire.Add(int64(len(buf)))
 			}
+			return err
+		}
+		coded := func(co zcoll.Coder) error { return c.sendCoded(ctx, t, id, co) }
+		switch {
+		case op.Dev != nil:
+			err = c.sendDevice(ctx, t, plain, coded)
+		case t.decision.Coded:
+			err = coded(zcoll.HostCoder(c.pool))
+		default:
+			err = plain(op.In[0])
 		}
 		cancel()
 		c.complete(t, op.Root, c.p2pErr(op, op.Root, err))
@@ -149,14 +180,19 @@ func (c *Comm) p2pErr(op *Op, peer int, err error) error {
 // agreed state (the receiver follows whatever the sender chose).
 func (c *Comm) decideP2P(op *Op) switcher.Decision {
 	z := c.shared.Load()
-	return switcher.Decide(switcher.Input{
+	in := switcher.Input{
 		Op: switcher.SendRecv, DType: op.DType, Bytes: len(op.In[0]), Ranks: c.cfg.Size,
 		Mode: z.mode, Profile: z.profile, Ratio: z.ratios[op.DType],
-	}, z.th)
+	}
+	if fromDevice(op) {
+		zip3Only(&in)
+	}
+	return switcher.Decide(in, z.th)
 }
 
-// sendCoded sends the head of a coded message, then its split parts.
-func (c *Comm) sendCoded(ctx context.Context, t *task, id uint32) error {
+// sendCoded sends the head of a coded message, then its split parts coded
+// by co.
+func (c *Comm) sendCoded(ctx context.Context, t *task, id uint32, co zcoll.Coder) error {
 	op := t.op
 	f := describe(op, c.cfg.Rank).withDecision(c.z.mode, t.decision)
 	f.root = int32(id & 0x3fff)
@@ -178,11 +214,12 @@ func (c *Comm) sendCoded(ctx context.Context, t *task, id uint32) error {
 		}
 		t.wire.Add(byteLen(bufs))
 		return nil
-	}, op.In[0], op.DType, t.decision.Kind, zcoll.DefaultSegment, c.pool, &st)
+	}, op.In[0], op.DType, t.decision.Kind, zcoll.DefaultSegment, co, &st)
 }
 
-// recvCoded receives the parts of a coded message announced by head.
-func (c *Comm) recvCoded(ctx context.Context, t *task, src int, head descFields) error {
+// recvCoded receives the parts of a coded message announced by head,
+// decoded by co into dst.
+func (c *Comm) recvCoded(ctx context.Context, t *task, src int, head descFields, dst []byte, co zcoll.Coder) error {
 	op := t.op
 	t.decision = switcher.Decision{Zcoll: true, Coded: true, Kind: codec.Kind(head.flags >> 4 & 3)}
 	id, tag := uint32(head.root), uint64(op.Tag)
@@ -194,5 +231,31 @@ func (c *Comm) recvCoded(ctx context.Context, t *task, src int, head descFields)
 			return 0, err
 		}
 		return pd.Len(), nil
-	}, op.Out[0], op.DType, t.decision.Kind, int(head.layout), c.pool, &st)
+	}, dst, op.DType, t.decision.Kind, int(head.layout), co, &st)
+}
+
+// recvDevice completes a device op's receive once the message's head is
+// in: an uncoded payload already in host memory (stage) is copied to the
+// GPU; a coded one is decoded on the GPU, or, if the sender coded a kind
+// the GPU lacks (huff, from a rank sending CPU tensors), on the host and
+// then copied.
+func (c *Comm) recvDevice(ctx context.Context, t *task, dev *gpu.Device, src int, head descFields, stage []byte) error {
+	op := t.op
+	// the output may still be in use on the caller's stream
+	if err := gpu.WaitEventOf(c.gpuEnv(), ctx, op.Dev.Done); err != nil {
+		return err
+	}
+	switch {
+	case head.flags&flagCoded == 0:
+		return dev.CopyOut(op.Out[0], stage)
+	case codec.Kind(head.flags>>4&3) == codec.Zip3:
+		t.gpuCoded = true
+		return c.recvCoded(ctx, t, src, head, op.Out[0], dev.Coder())
+	}
+	host := dev.HostBuf(len(op.Out[0]))
+	defer dev.PutHostBuf(host)
+	if err := c.recvCoded(ctx, t, src, head, host, zcoll.HostCoder(c.pool)); err != nil {
+		return err
+	}
+	return dev.CopyOut(op.Out[0], host)
 }

@@ -34,6 +34,11 @@ type OpStats struct {
 	// ran another way than its cost model chose (counted in Choices as
 	// they ran).
 	Overrides int64 `json:"feedback_overrides"`
+	// CUDA tensors on the coded path: ops coded on the GPU, and ops the
+	// engine staged through host memory (uncoded decisions, or what the
+	// GPU does not code).
+	GPUCoded  int64 `json:"gpu_coded"`
+	GPUStaged int64 `json:"gpu_staged"`
 }
 
 type stats struct {
@@ -53,7 +58,7 @@ func byteLen(bufs [][]byte) int64 {
 
 // record adds one op; uncoded 0 means its sends were not coded (uncoded
 // equals wire).
-func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec switcher.Decision, err error) {
+func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec switcher.Decision, gpuCoded bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.ops[op.Kind.String()]
@@ -64,6 +69,13 @@ func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec 
 	st.Choices[dec.Label()]++
 	if dec.Measured {
 		st.Overrides++
+	}
+	switch {
+	case op.Dev == nil || !op.Dev.Engine:
+	case gpuCoded:
+		st.GPUCoded++
+	default:
+		st.GPUStaged++
 	}
 	st.CodecSeconds += codec.Seconds()
 	st.WireSeconds += max(d-codec, 0).Seconds()

@@ -9,10 +9,11 @@ import (
 	"github.com/zipccl/zipccl/backend/zcoll"
 )
 
-// runZcoll runs the zcoll family (plain or coded, as decided) for op.
-func (c *Comm) runZcoll(ctx context.Context, conn *opConn, op *Op, a collective.Args, t *task) error {
+// runZcoll runs the zcoll family (plain or coded, as decided) for op, its
+// segments coded by co (nil: on the host).
+func (c *Comm) runZcoll(ctx context.Context, conn *opConn, op *Op, a collective.Args, t *task, co zcoll.Coder) error {
 	var st zcoll.Stats
-	za := zcoll.Args{Args: a, Stats: &st, Plan: zcoll.Plan{Framed: t.decision.Coded, Kind: t.decision.Kind, A2ADesign: 2}}
+	za := zcoll.Args{Args: a, Stats: &st, Plan: zcoll.Plan{Framed: t.decision.Coded, Kind: t.decision.Kind, A2ADesign: 2}, Coder: co}
 	defer func() {
 		t.codecNs.Add(st.EncodeNs.Load() + st.DecodeNs.Load())
 		t.uncoded.Store(st.SentRaw.Load())

@@ -1,8 +1,10 @@
 // Package gpu is the engine's path for CUDA tensors: NCCL underneath (loaded
 // with dlopen, communicators set up through the c10d Store), the codec's
 // CUDA kernels (libzipccl_cuda.so, also dlopen'ed, only where a GPU is) for
-// compressed collectives, and the decision, agreed by every rank, between
-// that and the host-staged fallback the shim runs through the CPU path.
+// compressed collectives, and the decision (plan.go) between NCCL, the
+// coded path (the kernels code, the engine's own transport moves the
+// frames: package comm runs it with this package's Device, DevCoder and
+// Stage) and the host-staged path the shim runs through the CPU path.
 //
 // The engine has no CUDA runtime of its own. The shim hands every op a CUDA
 // stream (ordered after the caller's stream) and an end event it records
@@ -14,12 +16,14 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -44,8 +48,12 @@ type Env struct {
 
 	host     string
 	identify func(device int) (uuid, bus string, err error)
-	forced   string // ZIPCCL_GPU_PATH=staged
+	forced   string // ZIPCCL_GPU_PATH: nccl, coded or staged
+	rdma     bool   // this host has an RDMA NIC NCCL may use
 	query    atomic.Pointer[QueryFunc]
+
+	dmu     sync.Mutex
+	devices map[int]*Device // the coded path's, by device index
 }
 
 // QueryFunc reports whether the end event behind a zc_op's done handle has
@@ -76,12 +84,42 @@ func newDefaultEnv() *Env {
 		probeTopo: func() topology.Topology { return topology.Probe(nvml.New()) },
 		host:      topology.HostID(),
 		identify:  identifyDevice,
+		rdma:      hasRDMA(),
 	}
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("ZIPCCL_GPU_PATH"))); v {
-	case "staged", "host":
-		e.forced = "ZIPCCL_GPU_PATH=" + v
-	}
+	e.forced = parseForced(os.Getenv("ZIPCCL_GPU_PATH"))
 	return e
+}
+
+// parseForced reads ZIPCCL_GPU_PATH: nccl, coded or staged ("host" is
+// staged's old name); anything else, or nothing, lets the planner choose.
+func parseForced(v string) string {
+	p, _ := ParsePath(v)
+	return p
+}
+
+// ParsePath reads a GPU path as ZIPCCL_GPU_PATH and the group option
+// gpu_path name it: nccl, coded or staged ("host" is staged's old name);
+// "" or "auto" is the planner's choice.
+func ParsePath(v string) (string, error) {
+	switch v = strings.ToLower(strings.TrimSpace(v)); v {
+	case "nccl", "coded", "staged":
+		return v, nil
+	case "host":
+		return "staged", nil
+	case "", "auto":
+		return "", nil
+	}
+	return "", fmt.Errorf("zipccl: gpu_path=%q: want nccl, coded, staged or auto", v)
+}
+
+// hasRDMA says whether NCCL could use an RDMA NIC here: an InfiniBand or
+// RoCE device is present and NCCL is not told to use sockets.
+func hasRDMA() bool {
+	if os.Getenv("NCCL_IB_DISABLE") == "1" || strings.EqualFold(os.Getenv("NCCL_NET"), "socket") {
+		return false
+	}
+	ents, err := os.ReadDir("/sys/class/infiniband")
+	return err == nil && len(ents) > 0
 }
 
 // SetEventQuery installs the shim's end-event query (zc_init_device).
@@ -115,7 +153,7 @@ func (e *Env) Topology() topology.Topology {
 
 // caps describes this process for CUDA device dev.
 func (e *Env) caps(rank, dev int) Caps {
-	c := Caps{Rank: rank, Device: dev, Staged: e.forced, Peer: topology.Peer{Host: e.host}}
+	c := Caps{Rank: rank, Device: dev, Forced: e.forced, RDMA: e.rdma, Peer: topology.Peer{Host: e.host}}
 	if lib, err := e.NCCL(); err != nil {
 		c.NCCLError = err.Error()
 	} else {
@@ -172,4 +210,74 @@ func codeOf(err error) int32 {
 		return e.Code
 	}
 	return CodeComm
+}
+
+// EnvConfig describes an Env other than the process's, for tests and tools
+// that bring their own kernel library (such as its CPU emulation) and no
+// NCCL.
+type EnvConfig struct {
+	Kernels *Kernels  // nil: none
+	Host    string    // this process's host identity
+	UUID    string    // its GPU's (ranks with the same UUID share a GPU)
+	Query   QueryFunc // the shim's event query (nil: events count as complete)
+	Forced  string    // as ZIPCCL_GPU_PATH
+}
+
+// NewEnv builds an Env from c.
+func NewEnv(c EnvConfig) *Env {
+	e := &Env{
+		openNCCL: func() (ncclLib, error) { return nil, errors.New("NCCL is not available in this environment") },
+		openKern: func() (*Kernels, error) {
+			if c.Kernels == nil {
+				return nil, errors.New("no CUDA kernel library in this environment")
+			}
+			return c.Kernels, nil
+		},
+		probeTopo: func() topology.Topology { return topology.Topology{} },
+		host:      c.Host,
+		identify:  func(int) (string, string, error) { return c.UUID, "", nil },
+		forced:    parseForced(c.Forced),
+	}
+	if c.Query != nil {
+		e.query.Store(&c.Query)
+	}
+	return e
+}
+
+// Serialize makes every call into k take one process-wide lock (the CPU
+// emulation of the library is not reentrant).
+func (k *Kernels) Serialize() { k.serial = true }
+
+// WaitEvent waits until the shim's event behind handle completed (the
+// point on the caller's stream after which an op's inputs are ready), or
+// ctx ends. handle 0 means ready now.
+func (e *Env) WaitEvent(ctx context.Context, handle uintptr) error {
+	if handle == 0 {
+		return nil
+	}
+	q := e.eventQuery()
+	if q == nil {
+		return nil
+	}
+	pause := minPause
+	for {
+		done, err := q(handle)
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
+	}
+}
+
+// WaitEventOf is env's WaitEvent (nil: the process's Env).
+func WaitEventOf(env *Env, ctx context.Context, handle uintptr) error {
+	if env == nil {
+		env = defaultEnv
+	}
+	return env.WaitEvent(ctx, handle)
 }

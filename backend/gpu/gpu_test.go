@@ -203,42 +203,77 @@ func fullAgreement() agreement {
 
 func TestDecide(t *testing.T) {
 	ar := &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum}
+	able := Caps{Kernels: true}
+	noKernels := Caps{KernelsErr: "sees no CUDA device"}
+	stager := Caps{Kernels: true, Forced: "staged"}
+	noNCCL := func(a *agreement) { a.nccl, a.ncclWhy = false, "NCCL is missing on rank 1 (x)" }
 	cases := []struct {
 		name   string
 		op     *Op
 		a      func(*agreement)
+		mine   Caps
 		mode   switcher.Mode
 		path   Path
 		reason string
 	}{
-		{"nccl", ar, nil, switcher.Auto, PathNCCL, ""},
-		{"no nccl", ar, func(a *agreement) { a.nccl, a.ncclWhy = false, "NCCL is missing on rank 1 (x)" }, switcher.Auto, PathStaged, "rank 1"},
-		{"forced", ar, func(a *agreement) { a.staged = "forced by rank 0 (ZIPCCL_GPU_PATH=staged)" }, switcher.Auto, PathStaged, "ZIPCCL_GPU_PATH"},
-		{"bitwise", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.BOr}, nil, switcher.Auto, PathStaged, "BOR"},
-		{"int16 reduce", &Op{Kind: opkind.ReduceScatter, DType: dtype.Int16, ReduceOp: reduce.Sum}, nil, switcher.Auto, PathStaged, "int16"},
-		{"int16 gather", &Op{Kind: opkind.AllGather, DType: dtype.Int16}, nil, switcher.Auto, PathNCCL, ""},
-		{"fp8 reduce", &Op{Kind: opkind.AllReduce, DType: dtype.Float8E5M2, ReduceOp: reduce.Sum}, nil, switcher.Auto, PathStaged, "float8"},
-		{"fp8 alltoall", &Op{Kind: opkind.AllToAll, DType: dtype.Float8E5M2}, nil, switcher.Auto, PathNCCL, ""},
-		{"always without kernels", ar, func(a *agreement) { a.kernels, a.kernelsWhy = false, "the CUDA kernel library is missing on rank 0" }, switcher.Always, PathStaged, "mode always"},
-		{"always without kernels, nvlink", ar, func(a *agreement) { a.kernels, a.nvlink = false, true }, switcher.Always, PathNCCL, ""},
-		{"auto without kernels", ar, func(a *agreement) { a.kernels = false }, switcher.Auto, PathNCCL, ""},
-		{"always without kernels, int", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.Sum}, func(a *agreement) { a.kernels = false }, switcher.Always, PathNCCL, ""},
-		{"always without kernels, avg (never coded on the GPU)", &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Avg}, func(a *agreement) { a.kernels = false }, switcher.Always, PathNCCL, ""},
-		{"send", &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 1}, nil, switcher.Auto, PathNCCL, ""},
+		{"nccl", ar, nil, able, switcher.Auto, PathNCCL, ""},
+		{"no nccl: coded", ar, noNCCL, able, switcher.Auto, PathCoded, "rank 1"},
+		{"no nccl, no kernels here: staged", ar, noNCCL, noKernels, switcher.Auto, PathStaged, "no CUDA kernels (sees no CUDA device)"},
+		{"no nccl, this rank stages", ar, noNCCL, stager, switcher.Auto, PathStaged, "this rank stages"},
+		{"shared GPU: coded", ar, func(a *agreement) { a.shared = "ranks 0 and 1 share GPU g" }, able, switcher.Auto, PathCoded, "share GPU"},
+		{"another rank forces staged", ar, func(a *agreement) { a.engine = "forced by rank 0 (ZIPCCL_GPU_PATH=staged)" }, able, switcher.Auto, PathCoded, "ZIPCCL_GPU_PATH=staged"},
+		{"forced coded", ar, func(a *agreement) { a.engine = "forced by rank 1 (ZIPCCL_GPU_PATH=coded)" }, able, switcher.Never, PathCoded, "coded"},
+		{"forced nccl", ar, func(a *agreement) {
+			a.forceNCCL, a.ethernet = "ZIPCCL_GPU_PATH=nccl on rank 0", "the ranks span 2 hosts"
+		}, able, switcher.Auto, PathNCCL, "ZIPCCL_GPU_PATH=nccl"},
+		{"ethernet: coded", ar, func(a *agreement) { a.ethernet = "the ranks span 2 hosts and rank 1 has no RDMA NIC" }, able, switcher.Auto, PathCoded, "RDMA"},
+		{"ethernet, compression off: nccl", ar, func(a *agreement) { a.ethernet = "the ranks span 2 hosts" }, able, switcher.Never, PathNCCL, ""},
+		{"ethernet, a rank without kernels: nccl", ar, func(a *agreement) { a.ethernet, a.kernels = "the ranks span 2 hosts", false }, able, switcher.Auto, PathNCCL, ""},
+		{"bitwise", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.BOr}, nil, able, switcher.Auto, PathCoded, "BOR"},
+		{"int16 reduce", &Op{Kind: opkind.ReduceScatter, DType: dtype.Int16, ReduceOp: reduce.Sum}, nil, noKernels, switcher.Auto, PathStaged, "int16"},
+		{"int16 gather", &Op{Kind: opkind.AllGather, DType: dtype.Int16}, nil, able, switcher.Auto, PathNCCL, ""},
+		{"fp8 reduce", &Op{Kind: opkind.AllReduce, DType: dtype.Float8E5M2, ReduceOp: reduce.Sum}, nil, able, switcher.Auto, PathCoded, "float8"},
+		{"fp8 alltoall", &Op{Kind: opkind.AllToAll, DType: dtype.Float8E5M2}, nil, able, switcher.Auto, PathNCCL, ""},
+		{"always without kernels", ar, func(a *agreement) { a.kernels, a.kernelsWhy = false, "the CUDA kernel library is missing on rank 0" }, noKernels, switcher.Always, PathStaged, "mode always"},
+		{"always without kernels, nvlink", ar, func(a *agreement) { a.kernels, a.nvlink = false, true }, noKernels, switcher.Always, PathNCCL, ""},
+		{"auto without kernels", ar, func(a *agreement) { a.kernels = false }, noKernels, switcher.Auto, PathNCCL, ""},
+		{"always without kernels, int", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.Sum}, func(a *agreement) { a.kernels = false }, noKernels, switcher.Always, PathNCCL, ""},
+		{"always without kernels, avg (never coded on the GPU)", &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Avg}, func(a *agreement) { a.kernels = false }, noKernels, switcher.Always, PathNCCL, ""},
+		{"send", &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 1}, nil, able, switcher.Auto, PathNCCL, ""},
 	}
 	for _, c := range cases {
 		a := fullAgreement()
 		if c.a != nil {
 			c.a(&a)
 		}
-		p := decide(c.op, a, c.mode)
+		p := decide(c.op, a, c.mine, c.mode)
 		if p.Path != c.path || !strings.Contains(p.Reason, c.reason) || p.Refuse != "" {
 			t.Errorf("%s: got %+v, want %v (%q)", c.name, p, c.path, c.reason)
 		}
 	}
-	p := decide(&Op{Kind: opkind.Recv, Root: -1, DType: dtype.Float32}, fullAgreement(), switcher.Auto)
-	if p.Refuse == "" || !strings.Contains(p.Refuse, "any source") {
-		t.Errorf("recv from any source: %+v", p)
+	refused := []struct {
+		name, want string
+		a          func(*agreement)
+		op         *Op
+	}{
+		{"recv from any source", "any source", nil, &Op{Kind: opkind.Recv, Root: -1, DType: dtype.Float32}},
+		{"forced nccl on a shared GPU", "NCCL cannot run it: ranks 0 and 1 share", func(a *agreement) {
+			a.forceNCCL, a.shared = "ZIPCCL_GPU_PATH=nccl on rank 0", "ranks 0 and 1 share GPU g"
+		}, ar},
+		{"forced nccl, reduction NCCL lacks", "NCCL cannot run it", func(a *agreement) { a.forceNCCL = "ZIPCCL_GPU_PATH=nccl on rank 0" },
+			&Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.BXor}},
+		{"disagreement", "disagree", func(a *agreement) {
+			a.forceNCCL, a.engine = "ZIPCCL_GPU_PATH=nccl on rank 0", "forced by rank 1 (ZIPCCL_GPU_PATH=coded)"
+		}, ar},
+	}
+	for _, c := range refused {
+		a := fullAgreement()
+		if c.a != nil {
+			c.a(&a)
+		}
+		if p := decide(c.op, a, able, switcher.Auto); !strings.Contains(p.Refuse, c.want) {
+			t.Errorf("%s: %+v, want a refusal saying %q", c.name, p, c.want)
+		}
 	}
 }
 
@@ -249,20 +284,24 @@ func TestAgree(t *testing.T) {
 	}
 	all := []Caps{caps(0), caps(1), caps(2)}
 	a := agree(all, topo, "h")
-	if !a.nccl || !a.kernels || !a.nvlink || a.ncclVersion != 22803 || a.staged != "" {
+	if !a.nccl || !a.kernels || !a.nvlink || a.ncclVersion != 22803 || a.engine != "" || a.ethernet != "" {
 		t.Fatalf("all capable on NVLink: %+v", a)
 	}
 	all[1].NCCLVersion, all[1].NCCLError = 0, "cannot load /x/libnccl.so.2"
 	all[2].Kernels, all[2].KernelsErr = false, "sees no CUDA device"
 	all[2].NCCLVersion = 21500
-	all[0].Staged = "ZIPCCL_GPU_PATH=staged"
+	all[0].Forced = "staged"
 	all[2].Peer.Host = "other"
+	all[2].RDMA = true
 	a = agree(all, topo, "h")
 	if a.nccl || !strings.Contains(a.ncclWhy, "rank 1 (cannot load /x/libnccl.so.2)") || a.ncclVersion != 21500 {
 		t.Fatalf("nccl: %+v", a)
 	}
-	if a.kernels || !strings.Contains(a.kernelsWhy, "rank 2") || !strings.Contains(a.staged, "rank 0") {
+	if a.kernels || !strings.Contains(a.kernelsWhy, "rank 2") || !strings.Contains(a.engine, "rank 0 (ZIPCCL_GPU_PATH=staged)") {
 		t.Fatalf("kernels/staged: %+v", a)
+	}
+	if !strings.Contains(a.ethernet, "span 2 hosts and rank 0, rank 1 have no RDMA") {
+		t.Fatalf("ethernet: %+v", a)
 	}
 	if a.nvlink || !strings.Contains(a.nvlinkWhy, "another host") {
 		t.Fatalf("nvlink: %+v", a)
@@ -998,6 +1037,10 @@ func narrow(dt dtype.DType, b []byte, v float32) {
 		binary.LittleEndian.PutUint16(b, dtype.F32ToBF16(v))
 	case dtype.Float16:
 		binary.LittleEndian.PutUint16(b, dtype.F32ToF16(v))
+	case dtype.Float8E4M3FN:
+		b[0] = dtype.F32ToE4M3FN(v)
+	case dtype.Float8E5M2:
+		b[0] = dtype.F32ToE5M2(v)
 	default:
 		binary.LittleEndian.PutUint32(b, math.Float32bits(v))
 	}

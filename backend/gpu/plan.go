@@ -18,11 +18,18 @@ type Path int32
 const (
 	PathNCCL   Path = 1 // NCCL on the device (and the CUDA kernels when coded)
 	PathStaged Path = 2 // copied to pinned host memory, the CPU path, copied back
+	// PathCoded: the engine's own transport, the payload coded on the GPU
+	// where the switcher codes it (package comm, devpath.go), staged by
+	// the engine where not.
+	PathCoded Path = 3
 )
 
 func (p Path) String() string {
-	if p == PathStaged {
+	switch p {
+	case PathStaged:
 		return "host-staged"
+	case PathCoded:
+		return "GPU-coded over zipccl's transport"
 	}
 	return "nccl"
 }
@@ -30,7 +37,7 @@ func (p Path) String() string {
 // Plan is the decision for one op.
 type Plan struct {
 	Path   Path
-	Reason string // why staged; empty for NCCL
+	Reason string // why this path (empty for NCCL chosen by default)
 	Refuse string // non-empty: the op cannot run on CUDA tensors at all
 }
 
@@ -42,7 +49,8 @@ type Caps struct {
 	NCCLError   string        `json:"nccl_error,omitempty"`
 	Kernels     bool          `json:"kernels"`
 	KernelsErr  string        `json:"kernels_error,omitempty"`
-	Staged      string        `json:"staged,omitempty"` // non-empty: this rank forces the staged path
+	Forced      string        `json:"forced,omitempty"` // ZIPCCL_GPU_PATH on this rank: nccl, coded or staged
+	RDMA        bool          `json:"rdma"`             // an RDMA NIC NCCL may use between hosts
 	Device      int           `json:"device"`
 	Peer        topology.Peer `json:"peer"`
 }
@@ -58,8 +66,10 @@ type agreement struct {
 	kernelsWhy  string
 	nvlink      bool // all on one host, every pair NVLink-connected
 	nvlinkWhy   string
-	staged      string // forced by a rank
+	engine      string // non-empty: a rank forces the engine's transport (coded or staged)
+	forceNCCL   string // non-empty: a rank forces NCCL
 	shared      string // non-empty: two ranks share a GPU, which NCCL refuses
+	ethernet    string // non-empty: the ranks span hosts and a host has no RDMA NIC
 }
 
 // agree folds caps. topo and host are this host's view, used for the NVLink
@@ -67,7 +77,8 @@ type agreement struct {
 // host see the same topology).
 func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	a := agreement{nccl: true, kernels: true}
-	var noNCCL, noKernels, forced []string
+	var noNCCL, noKernels, engine, forceNCCL, noRDMA []string
+	hosts := map[string]bool{}
 	for _, c := range caps {
 		if c.NCCLVersion == 0 {
 			noNCCL = append(noNCCL, fmt.Sprintf("rank %d (%s)", c.Rank, firstNonEmpty(c.NCCLError, "no NCCL")))
@@ -77,8 +88,15 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 		if !c.Kernels {
 			noKernels = append(noKernels, fmt.Sprintf("rank %d (%s)", c.Rank, firstNonEmpty(c.KernelsErr, "no kernel library")))
 		}
-		if c.Staged != "" {
-			forced = append(forced, fmt.Sprintf("rank %d (%s)", c.Rank, c.Staged))
+		switch c.Forced {
+		case "nccl":
+			forceNCCL = append(forceNCCL, fmt.Sprintf("rank %d", c.Rank))
+		case "coded", "staged":
+			engine = append(engine, fmt.Sprintf("rank %d (ZIPCCL_GPU_PATH=%s)", c.Rank, c.Forced))
+		}
+		hosts[c.Peer.Host] = true
+		if !c.RDMA {
+			noRDMA = append(noRDMA, fmt.Sprintf("rank %d", c.Rank))
 		}
 	}
 	if len(noNCCL) > 0 {
@@ -89,11 +107,19 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 		a.kernels = false
 		a.kernelsWhy = "the CUDA kernel library is missing on " + strings.Join(noKernels, ", ")
 	}
-	if len(forced) > 0 {
-		a.staged = "forced by " + strings.Join(forced, ", ")
+	if len(engine) > 0 {
+		a.engine = "forced by " + strings.Join(engine, ", ")
+	}
+	if len(forceNCCL) > 0 {
+		a.forceNCCL = "ZIPCCL_GPU_PATH=nccl on " + strings.Join(forceNCCL, ", ")
+	}
+	if len(hosts) > 1 && len(noRDMA) > 0 {
+		a.ethernet = fmt.Sprintf("the ranks span %d hosts and %s %s no RDMA NIC (NCCL would use plain sockets)",
+			len(hosts), strings.Join(noRDMA, ", "), map[bool]string{true: "has", false: "have"}[len(noRDMA) == 1])
 	}
 	// NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so
-	// processes that share one (tests, or oversubscribed jobs) stage.
+	// processes that share one (tests, or oversubscribed jobs) use the
+	// engine's transport.
 	owner := map[string]int{}
 	for _, c := range caps {
 		if c.Peer.UUID == "" {
@@ -214,30 +240,49 @@ func codedOnGPU(kind opkind.Kind, dt dtype.DType, op reduce.Op) bool {
 }
 
 // decide chooses the path of op from what the ranks involved can do
-// together. It depends only on agreed inputs, so every rank decides the
-// same.
-func decide(op *Op, a agreement, mode switcher.Mode) Plan {
-	staged := func(why string) Plan { return Plan{Path: PathStaged, Reason: why} }
-	switch {
-	case op.Kind == opkind.Recv && op.Root < 0:
-		// The sender cannot know, so it could not stage its half to match.
+// together (a) and what this rank can (mine). Whether the op runs through
+// NCCL or through the engine's transport depends only on agreed inputs, so
+// every rank decides the same; on the engine's transport each rank codes
+// on its GPU when it has the kernels and was not told to stage, and stages
+// otherwise: both send the same messages.
+func decide(op *Op, a agreement, mine Caps, mode switcher.Mode) Plan {
+	if op.Kind == opkind.Recv && op.Root < 0 {
+		// The sender cannot know, so it could not choose its half to match.
 		return Plan{Refuse: "receiving CUDA tensors from any source is not supported (NCCL has no any-source receive); name the source rank"}
-	case a.staged != "":
-		return staged(a.staged)
-	case a.shared != "":
-		return staged(a.shared)
-	case !a.nccl:
-		return staged(a.ncclWhy)
 	}
-	if op.Kind.IsReduction() {
+	engine := func(why string) Plan {
+		switch {
+		case mine.Forced == "staged":
+			return Plan{Path: PathStaged, Reason: why + "; this rank stages (ZIPCCL_GPU_PATH=staged)"}
+		case !mine.Kernels:
+			return Plan{Path: PathStaged, Reason: why + "; this rank has no CUDA kernels (" + firstNonEmpty(mine.KernelsErr, "not loaded") + ")"}
+		}
+		return Plan{Path: PathCoded, Reason: why}
+	}
+	ncclWhyNot := firstNonEmpty(a.shared, a.ncclWhy)
+	if ncclWhyNot == "" && op.Kind.IsReduction() {
 		if _, _, _, why := ncclReduction(op.DType, op.ReduceOp, a.ncclVersion); why != "" {
-			return staged(why)
+			ncclWhyNot = why
 		}
 	}
-	if mode == switcher.Always && !a.kernels && !a.nvlink && codedOnGPU(op.Kind, op.DType, op.ReduceOp) {
+	switch {
+	case a.forceNCCL != "" && a.engine != "":
+		return Plan{Refuse: fmt.Sprintf("the ranks disagree on the GPU path: %s, but %s", a.forceNCCL, a.engine)}
+	case a.forceNCCL != "" && ncclWhyNot != "":
+		return Plan{Refuse: fmt.Sprintf("%s, but NCCL cannot run it: %s", a.forceNCCL, ncclWhyNot)}
+	case a.forceNCCL != "":
+		return Plan{Path: PathNCCL, Reason: a.forceNCCL}
+	case a.engine != "":
+		return engine(a.engine)
+	case ncclWhyNot != "":
+		return engine(ncclWhyNot)
+	case a.ethernet != "" && !a.nvlink && a.kernels && mode != switcher.Never:
+		// What NCCL's sockets would carry raw, zipccl codes.
+		return engine(a.ethernet)
+	case mode == switcher.Always && !a.kernels && !a.nvlink && codedOnGPU(op.Kind, op.DType, op.ReduceOp):
 		// The user asked for compression and the GPU cannot code: the
 		// host codes it.
-		return staged("compression is on (mode always) but " + a.kernelsWhy)
+		return Plan{Path: PathStaged, Reason: "compression is on (mode always) but " + a.kernelsWhy}
 	}
 	return Plan{Path: PathNCCL}
 }

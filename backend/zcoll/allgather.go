@@ -49,18 +49,18 @@ func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
 	for _, b := range a.Out {
 		total += len(b)
 	}
-	local := func() {
+	local := func() error {
 		if !bufs.Same(a.Out[r.me], in) {
-			copy(a.Out[r.me], in)
+			return r.copyData(a.Out[r.me], in)
 		}
+		return nil
 	}
 	if r.n == 1 || total == 0 {
-		local()
-		return nil
+		return local()
 	}
 	g, gctx := newGroup(ctx)
 	r.gatherRing(g, gctx, a.Out, in)
-	g.Go(func() error { local(); return nil }) // no other goroutine writes Out[me]
+	g.Go(local) // no other goroutine writes Out[me]
 	return g.Wait()
 }
 
@@ -110,7 +110,7 @@ func (r *run) gatherRing(sp spawner, ctx context.Context, dst [][]byte, src []by
 					if err := r.send(ctx, next, 0, k, f); err != nil {
 						return err
 					}
-					r.pool.Put(f)
+					r.co.PutMsg(f)
 				}
 				return nil
 			})
@@ -162,8 +162,8 @@ func (r *run) recvSegment(ctx context.Context, peer, step, k int, seg []byte) er
 // recvFrame receives one frame from peer, passes it to forward (if not nil)
 // and decodes it into seg.
 func (r *run) recvFrame(ctx context.Context, peer, step, k int, seg []byte, forward func(frame []byte) error) error {
-	buf := r.pool.Get(codec.MaxEncodedLen(len(seg), r.dt))
-	defer r.pool.Put(buf)
+	buf := r.co.Msg(codec.MaxEncodedLen(len(seg), r.dt))
+	defer r.co.PutMsg(buf)
 	nb, err := r.recvUpTo(ctx, peer, step, k, buf)
 	if err != nil {
 		return err
@@ -174,7 +174,7 @@ func (r *run) recvFrame(ctx context.Context, peer, step, k int, seg []byte, forw
 			return err
 		}
 	}
-	if err := decodeFrame(r.st, seg, frame, r.dt); err != nil {
+	if err := decodeFrame(r.co, r.st, seg, frame, r.dt); err != nil {
 		return r.wrap("recv", peer, step, k, err)
 	}
 	return nil

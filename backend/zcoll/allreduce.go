@@ -59,7 +59,9 @@ func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 		return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[0]", op)
 	}
 	if !bufs.Same(a.In[0], data) {
-		copy(data, a.In[0])
+		if err := r.copyData(data, a.In[0]); err != nil {
+			return err
+		}
 	}
 	if r.n == 1 || len(data) == 0 {
 		return nil
@@ -146,8 +148,8 @@ func (r *run) gatherDirect(sp spawner, ctx context.Context, step int, dst [][]by
 						return err
 					}
 					if f.left.Add(-1) == 0 {
-						if r.framed { // a frame from the pool
-							r.pool.Put(f.buf)
+						if r.framed { // a frame from the coder
+							r.co.PutMsg(f.buf)
 						}
 						sent(k)
 					}

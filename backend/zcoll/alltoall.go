@@ -58,11 +58,13 @@ func AllToAll(ctx context.Context, c collective.VarConn, a Args) error {
 			x, xctx := newExchange(g, gctx)
 			xs = append(xs, x)
 			c := r.cut(len(out))
-			r.inbound(x, xctx, p, 0, c, func(k int) msg { return msg{buf: c.of(out, k)} }, false)
+			r.inbound(x, xctx, p, 0, c, func(k int) (msg, error) { return msg{buf: c.of(out, k)}, nil }, false)
 		}
 	}
 	if !bufs.Same(a.Out[r.me], a.In[r.me]) {
-		copy(a.Out[r.me], a.In[r.me])
+		if err := r.copyData(a.Out[r.me], a.In[r.me]); err != nil {
+			g.Go(func() error { return err })
+		}
 	}
 	err = g.Wait()
 	for _, x := range xs {
@@ -183,7 +185,7 @@ func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, s
 				if err := r.send(ctx, peer, step, k, f); err != nil {
 					return err
 				}
-				r.pool.Put(f)
+				r.co.PutMsg(f)
 			}
 			if pace != nil {
 				return pace(ctx, c.n)
@@ -191,7 +193,7 @@ func (r *run) outbound(sp spawner, ctx context.Context, peer, step int, c cut, s
 			return nil
 		})
 	default:
-		splitSend(sp, ctx, r.pool, r.st, src, r.dt, r.kind, c, func(st, k int, buf []byte) error {
+		splitSend(sp, ctx, r.co, r.st, src, r.dt, r.kind, c, func(st, k int, buf []byte) error {
 			if pace != nil && st == stepStatic {
 				if err := pace(ctx, k); err != nil {
 					return err
@@ -213,10 +215,11 @@ const sendDepth = 2
 
 // inbound starts, in sp, the goroutines that receive a block (cut c) from
 // peer at step (and step+1 in split mode); segment k lands, decoded, in
-// into(k).buf (a segment of Out, or scratch). With ordered, the segments
-// are then collected in order from the returned window, and the caller must
-// collect every one; otherwise nil is returned.
-func (r *run) inbound(sp spawner, ctx context.Context, peer, step int, c cut, into func(k int) msg, ordered bool) *window {
+// into(k).buf (a segment of Out, or scratch), or, with into nil (ordered
+// framed receives only), stays coded in msg.coded for a device fold. With
+// ordered, the segments are then collected in order from the returned
+// window, and the caller must collect every one; otherwise nil is returned.
+func (r *run) inbound(sp spawner, ctx context.Context, peer, step int, c cut, into func(k int) (msg, error), ordered bool) *window {
 	if c.n == 0 {
 		return nil
 	}
@@ -227,27 +230,39 @@ func (r *run) inbound(sp spawner, ctx context.Context, peer, step int, c cut, in
 	switch {
 	case !r.framed:
 		f = func(k int) (msg, error) {
-			m := into(k)
+			m, err := into(k)
+			if err != nil {
+				return msg{}, err
+			}
 			if err := r.recv(ctx, peer, step, k, m.buf); err != nil {
+				r.release(m)
 				return msg{}, err
 			}
 			return m, nil
 		}
 	case r.design == 1:
 		f = func(k int) (msg, error) {
-			buf := r.pool.Get(codec.MaxEncodedLen(c.len(k), r.dt))
+			buf := r.co.Msg(codec.MaxEncodedLen(c.len(k), r.dt))
 			nb, err := r.recvUpTo(ctx, peer, step, k, buf)
 			if err != nil {
-				r.pool.Put(buf)
+				r.co.PutMsg(buf)
 				return msg{}, err
 			}
-			m := into(k)
-			err = decodeFrame(r.st, m.buf, buf[:nb], r.dt)
-			r.pool.Put(buf)
-			if err != nil {
-				if m.scratch {
-					r.pool.Put(m.buf)
+			if into == nil {
+				if err := checkFrame(buf[:nb], c.len(k), r.dt); err != nil {
+					r.co.PutMsg(buf)
+					return msg{}, r.wrap("recv", peer, step, k, err)
 				}
+				return msg{coded: &FoldSource{Frame: buf[:nb]}}, nil
+			}
+			m, err := into(k)
+			if err == nil {
+				if err = decodeFrame(r.co, r.st, m.buf, buf[:nb], r.dt); err != nil {
+					r.release(m)
+				}
+			}
+			r.co.PutMsg(buf)
+			if err != nil {
 				return msg{}, r.wrap("recv", peer, step, k, err)
 			}
 			return m, nil
@@ -259,7 +274,7 @@ func (r *run) inbound(sp spawner, ctx context.Context, peer, step int, c cut, in
 			out = make(chan msg, w)
 			deliver = func(_ int, m msg) error { return workgroup.Put(ctx, out, m) }
 		}
-		splitRecv(sp, ctx, r.pool, r.st, r.dt, r.kind, c, w,
+		splitRecv(sp, ctx, r.co, r.release, r.st, r.dt, r.kind, c, w,
 			func(st, k int, buf []byte) (int, error) { return r.recvUpTo(ctx, peer, step+st, k, buf) },
 			nil, into, deliver,
 			func(k int, err error) error { return r.wrap("recv", peer, step+stepDynamic, k, err) })

@@ -41,7 +41,9 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 			return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[0] %d", op, len(a.In[0]), len(buf))
 		}
 		if !bufs.Same(a.In[0], buf) {
-			copy(buf, a.In[0])
+			if err := r.copyData(buf, a.In[0]); err != nil {
+				return err
+			}
 		}
 	}
 	if err := r.wholeElements(buf); err != nil {
@@ -70,7 +72,7 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 			return nil
 		})
 	case pos == 0:
-		splitSend(g, gctx, r.pool, r.st, buf, r.dt, r.kind, cs, func(st, k int, b []byte) error {
+		splitSend(g, gctx, r.co, r.st, buf, r.dt, r.kind, cs, func(st, k int, b []byte) error {
 			return r.send(gctx, next, st, k, b)
 		})
 	default:
@@ -86,10 +88,10 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 				return nil
 			}
 		}
-		splitRecv(g, gctx, r.pool, r.st, r.dt, r.kind, cs, windowFor(cs.size, 2, true),
+		splitRecv(g, gctx, r.co, r.release, r.st, r.dt, r.kind, cs, windowFor(cs.size, 2, true),
 			func(st, k int, b []byte) (int, error) { return r.recvUpTo(gctx, prev, st, k, b) },
 			fwd,
-			func(k int) msg { return msg{buf: cs.of(buf, k)} },
+			func(k int) (msg, error) { return msg{buf: cs.of(buf, k)}, nil },
 			nil,
 			func(k int, err error) error { return r.wrap("recv", prev, stepDynamic, k, err) })
 	}

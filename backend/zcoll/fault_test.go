@@ -380,12 +380,12 @@ func TestSplitOrder(t *testing.T) {
 							return err
 						}
 						return cs[0].Send(ctx, 1, heldSlot, held)
-					}, src, dt, kind, 500, nil, nil)
+					}, src, dt, kind, 500, HostCoder(nil), nil)
 				})
 				wg.Go(func() {
 					rerr = RecvSplit(ctx, func(slot uint32, buf []byte) (int, error) {
 						return cs[1].RecvUpTo(ctx, 0, slot, buf)
-					}, dst, dt, kind, 500, nil, nil)
+					}, dst, dt, kind, 500, HostCoder(nil), nil)
 				})
 				wg.Wait()
 				cancel()

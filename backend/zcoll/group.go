@@ -70,6 +70,9 @@ func (x *exchange) done() { x.cancel() }
 type msg struct {
 	buf     []byte
 	scratch bool
+	// coded: a received message left coded, for a device fold that
+	// decodes it in the same pass (its buffers are the coder's Msg ones)
+	coded *FoldSource
 }
 
 // window keeps several receives of a sequence posted at once and hands the

@@ -219,19 +219,20 @@ func TestEncodeBuffers(t *testing.T) {
 				src := genData(rng, dt, numel, d)
 				for _, k := range []codec.Kind{codec.Raw, codec.Zip3, codec.Huff, codec.Auto} {
 					for _, pool := range []*collective.Pool{nil, collective.NewPool()} {
-						f, err := encodeFrame(pool, nil, src, dt, k)
+						co := HostCoder(pool)
+						f, err := encodeFrame(co, nil, src, dt, k)
 						if err != nil {
 							t.Fatal(err)
 						}
 						dst := make([]byte, len(src))
-						if err := decodeFrame(nil, dst, f, dt); err != nil {
+						if err := decodeFrame(co, nil, dst, f, dt); err != nil {
 							t.Fatal(err)
 						}
 						sameBytes(t, "frame round trip", dst, src)
 						g, ctx := newGroup(context.Background())
 						c := cut{size: len(src), n: 1, total: len(src)}
 						var parts [][]byte
-						splitSend(g, ctx, pool, nil, src, dt, k, c, func(_, _ int, buf []byte) error {
+						splitSend(g, ctx, co, nil, src, dt, k, c, func(_, _ int, buf []byte) error {
 							parts = append(parts, bytes.Clone(buf))
 							return nil
 						})
@@ -239,7 +240,7 @@ func TestEncodeBuffers(t *testing.T) {
 							t.Fatal(err)
 						}
 						clear(dst)
-						if err := decodeSplit(nil, dst, parts[0], parts[1], dt, k); err != nil {
+						if err := decodeSplit(co, nil, dst, parts[0], parts[1], dt, k); err != nil {
 							t.Fatal(err)
 						}
 						sameBytes(t, "split round trip", dst, src)

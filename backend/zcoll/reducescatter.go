@@ -51,7 +51,7 @@ func ReduceScatter(ctx context.Context, c collective.VarConn, a Args) error {
 	}
 	if r.n == 1 || len(out) == 0 {
 		if !bufs.Same(out, a.In[r.me]) {
-			copy(out, a.In[r.me])
+			return r.copyData(out, a.In[r.me])
 		}
 		return nil
 	}
@@ -122,14 +122,20 @@ func (r *run) reduceScatter(ctx context.Context, op reduce.Op, blocks [][]byte, 
 	}
 	mine := r.cut(len(out))
 	streams := make([]*window, r.n)
+	into := func(k int) (msg, error) { return r.scratch(mine.len(k)) }
+	if r.dev != nil {
+		into = nil // the device folds the messages as received (foldDevice)
+	}
 	for p := range r.n {
 		if p != r.me {
-			streams[p] = r.inbound(g, gctx, p, 0, mine, func(k int) msg {
-				return msg{buf: r.pool.Get(mine.len(k)), scratch: true}
-			}, true)
+			streams[p] = r.inbound(g, gctx, p, 0, mine, into, true)
 		}
 	}
-	g.Go(func() error { return r.fold(gctx, op, out, blocks[r.me], mine, streams, h.reduced) })
+	fold := r.fold
+	if r.dev != nil {
+		fold = r.foldDevice
+	}
+	g.Go(func() error { return fold(gctx, op, out, blocks[r.me], mine, streams, h.reduced) })
 	if h.more != nil {
 		h.more(g, gctx)
 	}
@@ -156,11 +162,7 @@ func (r *run) fold(ctx context.Context, op reduce.Op, out, own []byte, c cut, st
 		side = r.pool.Get(c.size)
 		defer r.pool.Put(side)
 	}
-	release := func(m msg) {
-		if m.scratch {
-			r.pool.Put(m.buf)
-		}
-	}
+	release := r.release
 	for k := range c.n {
 		o := c.of(out, k)
 		cur := o
@@ -215,6 +217,72 @@ func (r *run) fold(ctx context.Context, op reduce.Op, out, own []byte, c cut, st
 		}
 	}
 	return nil
+}
+
+// foldDevice is fold for device memory: once every contribution to
+// segment k is in, still coded, one Fold decodes and reduces them all (the
+// device accumulates in float32 within a call only).
+func (r *run) foldDevice(ctx context.Context, op reduce.Op, out, own []byte, c cut, streams []*window, reduced func(k int)) error {
+	srcs := make([]FoldSource, r.n)
+	ms := make([]msg, r.n)
+	defer func() {
+		for _, m := range ms {
+			r.release(m)
+		}
+	}()
+	for k := range c.n {
+		for i := range r.n {
+			if i == r.me {
+				srcs[i] = FoldSource{Plain: c.of(own, k)}
+				continue
+			}
+			m, err := streams[i].Next(ctx, k)
+			if err != nil {
+				return err
+			}
+			ms[i], srcs[i] = m, *m.coded
+		}
+		start := time.Now()
+		if err := r.dev.Fold(r.dt, int(op), c.of(out, k), srcs); err != nil {
+			return err
+		}
+		r.st.reduced(start)
+		for i, m := range ms {
+			r.release(m)
+			ms[i] = msg{}
+		}
+		if reduced != nil {
+			reduced(k)
+		}
+	}
+	return nil
+}
+
+// scratch returns a buffer of n bytes for a decoded segment.
+func (r *run) scratch(n int) (msg, error) {
+	if r.dev != nil {
+		b, err := r.dev.Scratch(n)
+		return msg{buf: b, scratch: true}, err
+	}
+	return msg{buf: r.pool.Get(n), scratch: true}, nil
+}
+
+// release takes back m's buffer if it is scratch, or the messages it holds.
+func (r *run) release(m msg) {
+	if m.coded != nil {
+		for _, b := range m.coded.msgs() {
+			if b != nil {
+				r.co.PutMsg(b)
+			}
+		}
+	}
+	switch {
+	case !m.scratch:
+	case r.dev != nil:
+		r.dev.PutScratch(m.buf)
+	default:
+		r.pool.Put(m.buf)
+	}
 }
 
 // f32s views the first n float32s of b (a pool buffer, which the allocator

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/codec"
-	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
@@ -118,45 +117,42 @@ func frameCap(nbytes int, dt dtype.DType, k codec.Kind) int {
 // bytes per element of one 65536-element block.
 const huffSlack = 3 << 16
 
-// encodeFrame codes src (one segment) as one frame in a pool buffer.
+// encodeFrame codes src (one segment) as one frame in a message buffer.
 func (r *run) encodeFrame(src []byte) ([]byte, error) {
-	return encodeFrame(r.pool, r.st, src, r.dt, r.kind)
+	return encodeFrame(r.co, r.st, src, r.dt, r.kind)
 }
 
-func encodeFrame(pool *collective.Pool, st *Stats, src []byte, dt dtype.DType, kind codec.Kind) ([]byte, error) {
+func encodeFrame(co Coder, st *Stats, src []byte, dt dtype.DType, kind codec.Kind) ([]byte, error) {
 	start := time.Now()
-	k := resolve(src, dt, kind)
-	buf := pool.Get(frameCap(len(src), dt, k))[:0]
-	e := encoders.Get().(*codec.Encoder)
-	f, err := e.Encode(buf, src, dt, k)
-	encoders.Put(e)
+	f, err := co.EncodeFrame(src, dt, resolve(src, dt, kind))
 	if err != nil {
-		pool.Put(buf)
-		return nil, fmt.Errorf("zcoll: encoding: %w", err)
-	}
-	if cap(f) != cap(buf) {
-		reallocs.Add(1)
+		return nil, err
 	}
 	st.encoded(start, len(src), len(f))
 	return f, nil
 }
 
-// decodeFrame decodes frame, which must be exactly one frame of dt holding
-// len(dst) bytes, into dst.
-func decodeFrame(st *Stats, dst, frame []byte, dt dtype.DType) error {
-	start := time.Now()
+// checkFrame checks that frame is exactly one frame of raw bytes of dt.
+func checkFrame(frame []byte, raw int, dt dtype.DType) error {
 	h, err := codec.PeekHeader(frame)
 	if err != nil {
 		return &CorruptError{Err: err}
 	}
-	if h.DType != dt || h.RawLen != len(dst) || h.FrameLen != len(frame) {
-		return corrupt("frame of %d %v bytes in a %d-byte message, want %d %v bytes", h.RawLen, h.DType, len(frame), len(dst), dt)
+	if h.DType != dt || h.RawLen != raw || h.FrameLen != len(frame) {
+		return corrupt("frame of %d %v bytes in a %d-byte message, want %d %v bytes", h.RawLen, h.DType, len(frame), raw, dt)
 	}
-	d := decoders.Get().(*codec.Decoder)
-	_, err = d.Decode(dst, frame)
-	decoders.Put(d)
-	if err != nil {
-		return &CorruptError{Err: err}
+	return nil
+}
+
+// decodeFrame decodes frame, which must be exactly one frame of dt holding
+// len(dst) bytes, into dst.
+func decodeFrame(co Coder, st *Stats, dst, frame []byte, dt dtype.DType) error {
+	start := time.Now()
+	if err := checkFrame(frame, len(dst), dt); err != nil {
+		return err
+	}
+	if err := co.DecodeFrame(dst, frame, dt); err != nil {
+		return err
 	}
 	st.decoded(start, len(dst))
 	return nil

@@ -77,7 +77,7 @@ func dynamicEncCap(numel int, dt dtype.DType, k codec.Kind) int {
 // then dynamic(k) for k = 0, 1, ... into a short queue, and a sender that
 // drains it in that order, so the static part of a segment goes out while
 // its dynamic part is being coded.
-func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats, src []byte, dt dtype.DType, kind codec.Kind, c cut,
+func splitSend(sp spawner, ctx context.Context, co Coder, st *Stats, src []byte, dt dtype.DType, kind codec.Kind, c cut,
 	send func(step, k int, buf []byte) error) {
 	if c.n == 0 {
 		return
@@ -87,37 +87,30 @@ func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 		buf     []byte
 	}
 	q := make(chan part, 4)
-	es := dt.Size()
 	sp.Go(func() error {
 		for k := range c.n {
 			seg := c.of(src, k)
-			numel := len(seg) / es
 			start := time.Now()
 			kk := resolve(seg, dt, kind)
-			e := encoders.Get().(*codec.Encoder)
-			sb := pool.Get(codec.StaticLen(numel, dt, kk) + 64)[:0]
-			s, err := e.EncodeStatic(sb, seg, dt, kk)
+			s, dynamic, err := co.EncodeSplit(seg, dt, kk)
 			if err != nil {
-				encoders.Put(e)
 				return err
 			}
 			sdur := time.Since(start)
 			if err := workgroup.Put(ctx, q, part{stepStatic, k, s}); err != nil {
-				encoders.Put(e)
+				co.PutMsg(s)
+				if d, err := dynamic(); err == nil {
+					co.PutMsg(d)
+				}
 				return err
 			}
 			start = time.Now()
-			db := pool.Get(dynamicEncCap(numel, dt, kk))[:0]
-			d, err := e.EncodeDynamic(db)
-			encoders.Put(e)
+			d, err := dynamic()
 			if err != nil {
 				return err
 			}
 			t := trailer(kk)
 			d = append(d, t[:]...)
-			if cap(s) != cap(sb) || cap(d) != cap(db) {
-				reallocs.Add(1)
-			}
 			if st != nil {
 				st.EncodeNs.Add(int64(sdur))
 			}
@@ -140,7 +133,7 @@ func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 			if p.step == stepStatic {
 				st.sent(c.len(p.k))
 			}
-			pool.Put(p.buf)
+			co.PutMsg(p.buf)
 		}
 		return nil
 	})
@@ -150,22 +143,24 @@ func splitSend(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 // mode: w receivers for static parts and w for dynamic parts (so both parts
 // of a segment are posted together), each forwarding its part with fwd (if
 // not nil) as soon as it is in, and a decoder that decodes segment k into
-// into(k) and then calls deliver(k, that msg) (if not nil). recv(step, k,
-// buf) receives a message of at most len(buf) bytes and returns its length;
-// errors from decoding are wrapped by fail.
-func splitRecv(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats, dt dtype.DType, kind codec.Kind, c cut, w int,
+// into(k) and then calls deliver(k, that msg) (if not nil; release takes a
+// msg back that was not delivered). With into nil the parts are checked but
+// not decoded: deliver gets them as msg.coded, for a device fold. recv(step,
+// k, buf) receives a message of at most len(buf) bytes and returns its
+// length; errors from decoding are wrapped by fail.
+func splitRecv(sp spawner, ctx context.Context, co Coder, release func(msg), st *Stats, dt dtype.DType, kind codec.Kind, c cut, w int,
 	recv func(step, k int, buf []byte) (int, error), fwd func(step, k int, buf []byte) error,
-	into func(k int) msg, deliver func(k int, m msg) error, fail func(k int, err error) error) {
+	into func(k int) (msg, error), deliver func(k int, m msg) error, fail func(k int, err error) error) {
 	if c.n == 0 {
 		return
 	}
 	es := dt.Size()
 	part := func(step int, size func(numel int) int) *window {
 		return workgroup.RecvAhead(sp, ctx, w, c.n, func(k int) (msg, error) {
-			buf := pool.Get(size(c.len(k) / es))
+			buf := co.Msg(size(c.len(k) / es))
 			n, err := recv(step, k, buf)
 			if err != nil {
-				pool.Put(buf)
+				co.PutMsg(buf)
 				return msg{}, err
 			}
 			m := msg{buf: buf[:n], scratch: true}
@@ -189,10 +184,28 @@ func splitRecv(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 			if err != nil {
 				return err
 			}
-			m := into(k)
-			err = decodeSplit(st, m.buf, s.buf, d.buf, dt, kind)
-			pool.Put(s.buf)
-			pool.Put(d.buf)
+			if into == nil {
+				k8, dyn, err := checkSplit(c.len(k)/es, s.buf, d.buf, dt, kind)
+				if err != nil {
+					co.PutMsg(s.buf)
+					co.PutMsg(d.buf)
+					return fail(k, err)
+				}
+				m := msg{coded: &FoldSource{Static: s.buf, Dynamic: dyn, Kind: k8}}
+				if err := deliver(k, m); err != nil {
+					release(m)
+					return err
+				}
+				continue
+			}
+			m, err := into(k)
+			if err == nil {
+				if err = decodeSplit(co, st, m.buf, s.buf, d.buf, dt, kind); err != nil {
+					release(m)
+				}
+			}
+			co.PutMsg(s.buf)
+			co.PutMsg(d.buf)
 			if err != nil {
 				return fail(k, err)
 			}
@@ -208,34 +221,42 @@ func splitRecv(sp spawner, ctx context.Context, pool *collective.Pool, st *Stats
 
 // decodeSplit checks the trailer of dyn and decodes (static, dyn) into dst.
 // want is the kind the receiver asked for (Auto: any).
-func decodeSplit(st *Stats, dst, static, dyn []byte, dt dtype.DType, want codec.Kind) error {
+func decodeSplit(co Coder, st *Stats, dst, static, dyn []byte, dt dtype.DType, want codec.Kind) error {
 	start := time.Now()
+	k, dyn, err := checkSplit(len(dst)/dt.Size(), static, dyn, dt, want)
+	if err != nil {
+		return err
+	}
+	if err := co.DecodeSplit(dst, static, dyn, dt, k); err != nil {
+		return err
+	}
+	st.decoded(start, len(dst))
+	return nil
+}
+
+// checkSplit checks that static and dyn (with its trailer) are the split
+// parts of numel elements of dt of the kind want asks for (Auto: any), and
+// returns their kind and the dynamic part without the trailer.
+func checkSplit(numel int, static, dyn []byte, dt dtype.DType, want codec.Kind) (codec.Kind, []byte, error) {
 	if len(dyn) < trailerLen {
-		return corrupt("dynamic part of %d bytes has no trailer", len(dyn))
+		return 0, nil, corrupt("dynamic part of %d bytes has no trailer", len(dyn))
 	}
 	t := dyn[len(dyn)-trailerLen:]
 	dyn = dyn[:len(dyn)-trailerLen]
 	k := codec.Kind(t[4])
 	if t[0] != 'Z' || t[1] != 'C' || t[2] != 'S' || t[3] != 1 || t[5] != 0 || t[6] != 0 || t[7] != 0 {
-		return corrupt("bad split trailer % x", t)
+		return 0, nil, corrupt("bad split trailer % x", t)
 	}
 	if (k != codec.Raw && k != codec.Zip3 && k != codec.Huff) || codec.EffectiveKind(dt, k) != k {
-		return corrupt("split trailer names kind %v for %v", k, dt)
+		return 0, nil, corrupt("split trailer names kind %v for %v", k, dt)
 	}
 	if want != codec.Auto && k != codec.EffectiveKind(dt, want) {
-		return corrupt("split parts coded as %v, want %v", k, want)
+		return 0, nil, corrupt("split parts coded as %v, want %v", k, want)
 	}
-	if sl := codec.StaticLen(len(dst)/dt.Size(), dt, k); len(static) != sl {
-		return corrupt("static part of %d bytes, want %d for %d bytes of %v as %v", len(static), sl, len(dst), dt, k)
+	if sl := codec.StaticLen(numel, dt, k); len(static) != sl {
+		return 0, nil, corrupt("static part of %d bytes, want %d for %d bytes of %v as %v", len(static), sl, numel*dt.Size(), dt, k)
 	}
-	d := decoders.Get().(*codec.Decoder)
-	err := d.DecodeSplit(dst, static, dyn, dt, k)
-	decoders.Put(d)
-	if err != nil {
-		return &CorruptError{Err: err}
-	}
-	st.decoded(start, len(dst))
-	return nil
+	return k, dyn, nil
 }
 
 // SendSplit sends src (whole elements of dt) as split-mode messages through
@@ -246,16 +267,17 @@ func decodeSplit(st *Stats, dst, static, dyn []byte, dt dtype.DType, want codec.
 // k). kind may be Zip3, Huff, Raw or Auto (chosen per segment; the trailer
 // tells the receiver). send is called from one goroutine at a time, in
 // order: static 0, dynamic 0, static 1, ...; it must not retain its buffers
-// after returning. A nil pool allocates; st may be nil. SendSplit returns
-// after every message was handed to send (or the first error); an empty src
-// sends nothing.
-func SendSplit(ctx context.Context, send func(slot uint32, bufs ...[]byte) error, src []byte, dt dtype.DType, kind codec.Kind, segment int, pool *collective.Pool, st *Stats) error {
-	c, err := splitCut("SendSplit", len(src), dt, kind, segment)
+// after returning. co codes src (a DeviceMemory coder for device memory,
+// with a concrete kind); st may be nil. SendSplit returns after every
+// message was handed to send (or the first error); an empty src sends
+// nothing.
+func SendSplit(ctx context.Context, send func(slot uint32, bufs ...[]byte) error, src []byte, dt dtype.DType, kind codec.Kind, segment int, co Coder, st *Stats) error {
+	c, err := splitCut("SendSplit", len(src), dt, kind, segment, co)
 	if err != nil {
 		return err
 	}
 	g, gctx := newGroup(ctx)
-	splitSend(g, gctx, pool, st, src, dt, kind, c, func(step, k int, buf []byte) error {
+	splitSend(g, gctx, co, st, src, dt, kind, c, func(step, k int, buf []byte) error {
 		return send(collective.Slot(step, k), buf)
 	})
 	return g.Wait()
@@ -270,24 +292,27 @@ func SendSplit(ctx context.Context, send func(slot uint32, bufs ...[]byte) error
 // are in. A part that fails to decode or does not match is reported as a
 // *CorruptError; dst may then hold partial data. RecvSplit returns after
 // every goroutine it started has exited.
-func RecvSplit(ctx context.Context, recv func(slot uint32, buf []byte) (int, error), dst []byte, dt dtype.DType, kind codec.Kind, segment int, pool *collective.Pool, st *Stats) error {
-	c, err := splitCut("RecvSplit", len(dst), dt, kind, segment)
+func RecvSplit(ctx context.Context, recv func(slot uint32, buf []byte) (int, error), dst []byte, dt dtype.DType, kind codec.Kind, segment int, co Coder, st *Stats) error {
+	c, err := splitCut("RecvSplit", len(dst), dt, kind, segment, co)
 	if err != nil {
 		return err
 	}
 	g, gctx := newGroup(ctx)
-	splitRecv(g, gctx, pool, st, dt, kind, c, windowFor(c.size, 2, true),
+	splitRecv(g, gctx, co, func(msg) {}, st, dt, kind, c, windowFor(c.size, 2, true),
 		func(step, k int, buf []byte) (int, error) { return recv(collective.Slot(step, k), buf) },
 		nil,
-		func(k int) msg { return msg{buf: c.of(dst, k)} },
+		func(k int) (msg, error) { return msg{buf: c.of(dst, k)}, nil },
 		nil,
 		func(k int, err error) error { return err })
 	return g.Wait()
 }
 
-func splitCut(fn string, nbytes int, dt dtype.DType, kind codec.Kind, segment int) (cut, error) {
+func splitCut(fn string, nbytes int, dt dtype.DType, kind codec.Kind, segment int, co Coder) (cut, error) {
 	if !dt.Valid() {
 		return cut{}, fmt.Errorf("zcoll: %s: invalid dtype %v", fn, dt)
+	}
+	if _, dev := co.(DeviceMemory); dev && kind == codec.Auto {
+		return cut{}, fmt.Errorf("zcoll: %s: device memory needs a concrete codec kind (auto reads the data on the host)", fn)
 	}
 	switch kind {
 	case codec.Raw, codec.Zip3, codec.Huff, codec.Auto:

@@ -24,6 +24,13 @@
 //
 // All ranks must pass the same Plan to one call (it decides the messages).
 //
+// Who codes a segment is each rank's own choice (Args.Coder): the CPU
+// codec by default, or package gpu's coder for CUDA device memory, which
+// writes the same bytes. With a DeviceMemory coder zcoll never reads or
+// writes In, Out or its scratch itself, and a reduce-scatter keeps the
+// received contributions coded until one device fold decodes and reduces
+// them together.
+//
 // # Partition and reduction order
 //
 // Reduce-scatter: rank j owns block j (In[j] on every rank). Every rank
@@ -191,6 +198,10 @@ type Args struct {
 	collective.Args
 	Plan  Plan
 	Stats *Stats
+	// Coder codes the segments; nil is HostCoder(Args.Pool). A
+	// DeviceMemory coder makes In and Out device memory, which zcoll then
+	// never reads or writes itself.
+	Coder Coder
 }
 
 // run is the state shared by the parts of one operation.
@@ -207,6 +218,8 @@ type run struct {
 	segReq int        // Plan.Segment, normalised
 	pool   *collective.Pool
 	st     *Stats
+	co     Coder
+	dev    DeviceMemory // non-nil: In, Out and scratch are device memory
 }
 
 func newRun(op, algo string, c collective.VarConn, a *Args, rooted bool) (*run, error) {
@@ -241,11 +254,28 @@ func newRun(op, algo string, c collective.VarConn, a *Args, rooted bool) (*run, 
 	if es == 0 {
 		es = 1
 	}
+	co := a.Coder
+	if co == nil {
+		co = HostCoder(a.Pool)
+	}
+	dev, _ := co.(DeviceMemory)
+	if dev != nil && (!p.Framed || p.Kind == codec.Auto) {
+		return nil, fmt.Errorf("zcoll: %s: device memory needs framed mode with a concrete codec kind (plain mode and auto read the data on the host)", op)
+	}
 	return &run{
 		op: op, algo: algo, c: c, n: n, me: me, dt: a.DType, es: es,
 		framed: p.Framed, kind: codec.EffectiveKind(a.DType, p.Kind), design: design,
-		segReq: p.Segment, pool: a.Pool, st: a.Stats,
+		segReq: p.Segment, pool: a.Pool, st: a.Stats, co: co, dev: dev,
 	}, nil
+}
+
+// copyData copies src into dst, two buffers of the operation.
+func (r *run) copyData(dst, src []byte) error {
+	if r.dev != nil {
+		return r.dev.Copy(dst, src)
+	}
+	copy(dst, src)
+	return nil
 }
 
 // checkReduce validates a reduction's dtype and op (AVG and PREMUL_SUM must

@@ -46,16 +46,24 @@ class Options:
     Attributes:
         compression: the group's compression mode, sent as
             ``compression=<mode>``; None keeps the engine's default.
+        gpu_path: how the group moves CUDA tensors, sent as
+            ``gpu_path=<path>``: ``"nccl"``, ``"coded"`` (coded on the GPU,
+            moved by zipccl's own transport), ``"staged"`` (copied to host
+            memory and run on the CPU path) or ``"auto"``; None keeps
+            ``ZIPCCL_GPU_PATH``, else the planner's choice.
         extra: further engine options, passed through as they are.
     """
 
     compression: str | None = None
+    gpu_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_string(self) -> str:
         items: dict[str, Any] = {}
         if self.compression is not None:
             items["compression"] = self.compression
+        if self.gpu_path is not None:
+            items["gpu_path"] = self.gpu_path
         items.update(self.extra)
         return _encode_options(items)
 
@@ -132,11 +140,17 @@ def _runtime():
                     f"zipccl: {path} does not exist; build it with `pip install .` "
                     "(or `make setup`), or point ZIPCCL_LIBRARY at a libzipccl.so"
                 )
+            # Read by the Go runtime's copy of the environment at load.
             if "ZIPCCL_NCCL_LIB" not in os.environ:
-                # Read by the Go runtime's copy of the environment at load.
                 hint = _nccl_hint()
                 if hint:
                     os.environ["ZIPCCL_NCCL_LIB"] = hint
+            if "ZIPCCL_CUDA_LIB" not in os.environ:
+                from ._paths import cuda_library
+
+                kernels = cuda_library()
+                if kernels:
+                    os.environ["ZIPCCL_CUDA_LIB"] = kernels
             _C._load(path)
             _loaded_pid = os.getpid()
             # Destructors must not call into Go once the interpreter exits.

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 from typing import Any, Optional, Sequence
 
 import torch
+
+from .._paths import cuda_library
 
 DTYPE_CODES = {
     torch.float32: 1,
@@ -51,15 +52,7 @@ _NAMES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.f
 def find_library() -> Optional[str]:
     """$ZIPCCL_CUDA_LIB, else libzipccl_cuda.so next to the package, else the
     repository's build/cuda/ (make cuda)."""
-    env = os.environ.get("ZIPCCL_CUDA_LIB")
-    if env:
-        return env if os.path.exists(env) else None
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for cand in (os.path.join(here, "libzipccl_cuda.so"),
-                 os.path.join(here, "..", "..", "build", "cuda", "libzipccl_cuda.so")):
-        if os.path.exists(cand):
-            return os.path.normpath(cand)
-    return None
+    return cuda_library()
 
 
 class ZcclError(RuntimeError):
