@@ -33,7 +33,11 @@ DEFAULT_RESULTS_DIR = os.path.join("benchmarks", "results")
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="gloo,zipccl",
                    help="comma list, run side by side (default gloo,zipccl); zipccl:MODE runs zipccl with "
-                        "compression MODE (auto, always, never), e.g. gloo,zipccl,zipccl:never")
+                        "compression MODE (auto, always, never), zipccl@PATH with CUDA tensors on GPU path PATH "
+                        "(nccl, coded, staged), e.g. gloo,zipccl,zipccl:never@staged")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the tensors live (default cpu); cuda puts every rank's on GPU rank mod "
+                        "the GPU count, so ranks share GPUs when there are fewer GPUs than ranks")
     p.add_argument("--world-size", "-n", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--link-rate", default=None,
                    help="per-rank link rate, e.g. 1gbit, 10gbit, 25gbit (default: unshaped)")
@@ -80,9 +84,13 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     if not backends or len(set(backends)) != len(backends):
         raise ValueError("--backends needs distinct names, e.g. gloo,zipccl")
     for b in backends:
-        name, _, mode = b.partition(":")
-        if mode and (name != "zipccl" or mode not in ("auto", "always", "never")):
-            raise ValueError(f"--backends: {b!r}: only zipccl takes a mode, one of auto, always, never")
+        name, mode, path = parse_backend(b)
+        if (mode or path) and name != "zipccl":
+            raise ValueError(f"--backends: {b!r}: only zipccl takes a mode or a GPU path")
+        if mode and mode not in ("auto", "always", "never"):
+            raise ValueError(f"--backends: {b!r}: the mode is one of auto, always, never")
+        if path and path not in ("nccl", "coded", "staged", "auto"):
+            raise ValueError(f"--backends: {b!r}: the GPU path is one of nccl, coded, staged, auto")
     if args.world_size < 2:
         raise ValueError("--world-size must be at least 2")
     return {
@@ -98,7 +106,16 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "timeout_s": args.timeout,
         "a2a_skew": _skew(args.a2a_skew),
+        "device": args.device,
     }
+
+
+def parse_backend(name: str) -> tuple[str, str, str]:
+    """'zipccl:never@staged' -> ('zipccl', 'never', 'staged'); absent parts
+    are ''."""
+    rest, _, path = name.partition("@")
+    backend, _, mode = rest.partition(":")
+    return backend, mode, path
 
 
 def _skew(s: float) -> float:
@@ -179,7 +196,8 @@ def _run(args: argparse.Namespace) -> int:
             for c in link_checks:
                 print(f"link check: {c.describe()}")
         print(f"backends {', '.join(cfg['backends'])}; {args.world_size} ranks; ops {', '.join(cfg['ops'])}; "
-              f"{', '.join(cfg['dtypes'])}; {format_bytes(cfg['sizes'][0])}..{format_bytes(cfg['sizes'][-1])}; "
+              f"{', '.join(cfg['dtypes'])} on {cfg['device']}; "
+              f"{format_bytes(cfg['sizes'][0])}..{format_bytes(cfg['sizes'][-1])}; "
               f"{cfg['data']} data; {'not ' if args.no_pin else ''}pinned; load average {load_before}")
         bar = progress_bar(total, "bench")
         raw_rows: list[dict[str, Any]] = []

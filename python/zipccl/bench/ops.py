@@ -66,14 +66,14 @@ def bind(spec: OpSpec, group, inp: torch.Tensor, rank: int, world_size: int,
 
         return Bound(prepare, lambda: dist.all_reduce(buf, group=group), buf)
     if name == "all_gather":
-        out = torch.empty(inp.numel() * n, dtype=inp.dtype)
+        out = torch.empty(inp.numel() * n, dtype=inp.dtype, device=inp.device)
         return Bound(_noop, lambda: dist.all_gather_into_tensor(out, inp, group=group), out)
     if name == "reduce_scatter":
-        out = torch.empty(inp.numel() // n, dtype=inp.dtype)
+        out = torch.empty(inp.numel() // n, dtype=inp.dtype, device=inp.device)
         return Bound(_noop, lambda: dist.reduce_scatter_tensor(out, inp, group=group), out)
     if name == "all_to_all" and splits:
         ins, outs = splits[rank], [row[rank] for row in splits]
-        out = torch.empty(sum(outs), dtype=inp.dtype)
+        out = torch.empty(sum(outs), dtype=inp.dtype, device=inp.device)
         return Bound(_noop, lambda: dist.all_to_all_single(out, inp, output_split_sizes=outs,
                                                            input_split_sizes=ins, group=group), out)
     if name == "all_to_all":
@@ -118,7 +118,7 @@ def reorder_tolerance(inp: torch.Tensor, spec: OpSpec, control, world_size: int,
     (n-1) * eps * sum(|x_i|). None for integer types (must be exact)."""
     if not inp.dtype.is_floating_point:
         return None
-    abs_sum = inp.abs().float()
+    abs_sum = inp.abs().float().cpu()
     dist.all_reduce(abs_sum, group=control)
     if spec.name == "reduce_scatter":
         share = abs_sum.numel() // world_size
@@ -129,7 +129,9 @@ def reorder_tolerance(inp: torch.Tensor, spec: OpSpec, control, world_size: int,
 
 
 def compare(spec: OpSpec, got: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor | None) -> tuple[str, float]:
-    """('exact' | 'ok' | 'FAIL', max abs difference) for got against ref."""
+    """('exact' | 'ok' | 'FAIL', max abs difference) for got against ref
+    (on any device; compared on the CPU)."""
+    got, ref = got.cpu(), ref.cpu()
     if torch.equal(got, ref):
         return "exact", 0.0
     both_nan = torch.isnan(got) & torch.isnan(ref) if got.dtype.is_floating_point else None

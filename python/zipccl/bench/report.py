@@ -13,7 +13,7 @@ from typing import Any
 from .specs import OPS, format_bytes
 
 CSV_COLUMNS = [
-    "backend", "op", "dtype", "bytes", "count", "redop", "world_size", "link", "data",
+    "backend", "device", "op", "dtype", "bytes", "count", "redop", "world_size", "link", "data",
     "time_us", "algbw_gbps", "busbw_gbps", "wire_bytes", "wire_source", "ratio",
     "nominal_wire_bytes", "nic_bytes", "speedup", "check", "maxdiff", "choice", "codec_us", "iters", "rounds_us",
     "splits",

@@ -97,13 +97,16 @@ class Meter:
         return wire, raw, _nic_counter(), codec, choices
 
     def measure(self, bound: Bound, iters: int) -> float:
-        """Mean seconds per call over iters timed calls."""
+        """Mean seconds per call over iters timed calls (a call on CUDA
+        tensors ends when the device has finished it)."""
         w0, r0, n0, c0, ch0 = self._snapshot()
         total = 0.0
         for _ in range(iters):
             bound.prepare()
+            _sync(bound)
             t0 = time.perf_counter()
             bound.call()
+            _sync(bound)
             total += time.perf_counter() - t0
         # A rank's op can end while its last bytes still sit in its socket
         # and qdisc; once every rank has finished, they have all left.
@@ -120,6 +123,11 @@ class Meter:
         return total / iters
 
 
+def _sync(bound: Bound) -> None:
+    if bound.result.is_cuda:
+        torch.cuda.synchronize(bound.result.device)
+
+
 def _agree_max(value: float, control) -> float:
     t = torch.tensor([value], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control)
@@ -127,21 +135,34 @@ def _agree_max(value: float, control) -> float:
 
 
 def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, control,
-             rank: int, n: int) -> list[dict]:
+             rank: int, n: int, device: torch.device) -> list[dict]:
     dtype = _DTYPES[dtype_name]
     itemsize = torch.empty(0, dtype=dtype).element_size()
     size = align_size(size, itemsize, n, spec)
     count = size // itemsize
     splits = a2a_splits(count, n, cfg["a2a_skew"]) if spec.name == "all_to_all" and cfg.get("a2a_skew") else None
     numel = sum(splits[rank]) if splits else input_numel(spec, count, n)
-    inp = bench_data.make_input(cfg["data"], numel, dtype, rank, n, seed=cfg["seed"] + size)
+    inp = bench_data.make_input(cfg["data"], numel, dtype, rank, n, seed=cfg["seed"] + size).to(device)
     backends = list(groups)
     bounds = {b: bind(spec, groups[b], inp, rank, n, splits) for b in backends}
 
-    # 1. correctness: the same input through every backend.
-    for b in backends:
+    # 1. correctness: the same input through every backend. A backend that
+    # refuses the op (gloo has no CUDA reduce_scatter) refuses it on every
+    # rank before sending anything: it sits this case out.
+    for b in list(backends):
         bounds[b].prepare()
-        bounds[b].call()
+        refused = 0.0
+        try:
+            bounds[b].call()
+            _sync(bounds[b])
+        except RuntimeError as exc:
+            if not b.startswith("gloo"):
+                raise  # zipccl serves every op: a failure is a failure
+            refused = 1.0
+            if rank == 0:
+                print(f"{b} refuses {spec.name} on {device.type} tensors: {str(exc).splitlines()[0][:200]}", flush=True)
+        if _agree_max(refused, control):
+            backends.remove(b)
     ref_backend = "gloo" if "gloo" in backends else backends[0]
     tol = reorder_tolerance(inp, spec, control, n, rank) if spec.reduces else None
     checks: dict[str, tuple[str, float]] = {}
@@ -186,6 +207,7 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
         per_call = sums / m.calls
         rows.append({
             "backend": b,
+            "device": device.type,
             "op": spec.name,
             "dtype": dtype_name,
             "bytes": size,
@@ -213,13 +235,16 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
 
 
 def new_group(name: str, timeout: datetime.timedelta):
-    """The group of one --backends entry: a backend name, or zipccl:MODE for
-    zipccl with compression MODE (auto, always, never) on that group only."""
-    backend, _, mode = name.partition(":")
-    if backend == "zipccl" and mode:
+    """The group of one --backends entry: a backend name, or
+    zipccl[:MODE][@PATH] for zipccl with compression MODE (auto, always,
+    never) and GPU path PATH (nccl, coded, staged) on that group only."""
+    rest, _, path = name.partition("@")
+    backend, _, mode = rest.partition(":")
+    if backend == "zipccl" and (mode or path):
         import zipccl
 
-        return dist.new_group(backend="zipccl", timeout=timeout, pg_options=zipccl.Options(compression=mode))
+        return dist.new_group(backend="zipccl", timeout=timeout,
+                              pg_options=zipccl.Options(compression=mode or None, gpu_path=path or None))
     return dist.new_group(backend=backend, timeout=timeout)
 
 
@@ -227,6 +252,10 @@ def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    device = torch.device("cpu")
+    if cfg.get("device") == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     if any(b.startswith("zipccl") for b in cfg["backends"]):
         import zipccl  # noqa: F401  (registers the backend)
     timeout = datetime.timedelta(seconds=cfg["timeout_s"])
@@ -250,7 +279,7 @@ def main(argv: list[str]) -> int:
     for dtype_name in cfg["dtypes"]:
         for op in cfg["ops"]:
             for size in cfg["sizes"]:
-                rows = run_case(cfg, OPS[op], dtype_name, size, groups, control, rank, n)
+                rows = run_case(cfg, OPS[op], dtype_name, size, groups, control, rank, n, device)
                 done += 1
                 if rank == 0:
                     for row in rows:
