@@ -521,11 +521,25 @@ def _collective_cases(rank: int, ws: int, group, place, strided_ref: bool) -> li
 
 def _task_vs_nccl(rank, ws, dev, f):
     """Every kind of op on CUDA tensors (NCCL path), bit for bit against the
-    same op through torch's NCCL backend."""
+    same op through torch's NCCL backend; then the coded path (a group with
+    gpu_path coded, every float op coded) against NCCL's uncoded
+    results, except AVG and PREMUL_SUM, whose scaling NCCL does elsewhere
+    in the arithmetic (two ranks: a sum of two is one rounding either
+    way)."""
+    import zipccl
+
     nccl = dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=120))
     for what, run in _collective_cases(rank, ws, lambda which: None if which == "zipccl" else nccl,
                                        lambda t, which: t.to(dev), strided_ref=False):
         _compare(f, what, run)
+    coded = dist.new_group(backend="zipccl", pg_options=zipccl.Options(
+        gpu_path="coded", compression="always", extra={"two_shot_min": 4096, "compress_min": 4096}))
+    for what, run in _collective_cases(rank, ws, lambda which: coded if which == "zipccl" else nccl,
+                                       lambda t, which: t.to(dev), strided_ref=False):
+        if "AVG" not in what and "PREMUL_SUM" not in what:
+            _compare(f, f"coded path: {what}", run)
+    if _gpu_stats(coded)["gpu_coded"] == 0:
+        f.append("the coded group coded nothing on the GPU")
     # Two CUDA devices in one call.
     other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
     try:
