@@ -208,6 +208,20 @@ func zc_comm_set_timeout(h C.uintptr_t, ms C.int64_t) (code C.int32_t) {
 	return C.ZC_OK
 }
 
+//export zc_comm_monitored_barrier
+func zc_comm_monitored_barrier(h C.uintptr_t, ms C.int64_t, waitAll C.int32_t, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
+	defer guard(&code, errBuf, errLen)
+	c, rc := liveComm(h, errBuf, errLen)
+	if c == nil {
+		return rc
+	}
+	if err := c.MonitoredBarrier(time.Duration(ms)*time.Millisecond, waitAll != 0); err != nil {
+		writeErr(errBuf, errLen, err.Error())
+		return C.int32_t(comm.CodeOf(err))
+	}
+	return C.ZC_OK
+}
+
 //export zc_comm_abort
 func zc_comm_abort(h C.uintptr_t, reason *C.char) (code C.int32_t) {
 	defer guard(&code, nil, 0)

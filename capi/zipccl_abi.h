@@ -170,6 +170,14 @@ typedef uintptr_t (*zc_comm_create_fn)(const zc_comm_config* cfg, char* err,
 typedef int32_t (*zc_comm_submit_fn)(uintptr_t comm, const zc_op* op,
                                      char* err, int32_t errlen);
 typedef int32_t (*zc_comm_set_timeout_fn)(uintptr_t comm, int64_t timeout_ms);
+/* ABI 3: torch's monitored_barrier with gloo's semantics (rank 0 waits up
+ * to timeout_ms for every other rank and names the ones that did not
+ * arrive: the first in rank order, or all of them with wait_all). Blocks
+ * the calling thread; ZC_OK, or an error code with the message. */
+typedef int32_t (*zc_comm_monitored_barrier_fn)(uintptr_t comm,
+                                                int64_t timeout_ms,
+                                                int32_t wait_all, char* err,
+                                                int32_t errlen);
 /* Fails every pending op of the communicator and closes its connections. */
 typedef int32_t (*zc_comm_abort_fn)(uintptr_t comm, const char* reason);
 /* Waits for queued ops (each bounded by its timeout), says goodbye to the

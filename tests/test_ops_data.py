@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 from conftest import WORLD_SIZES
-from refs import DTYPES, check_exact, generator, guard, name, no_failures
+from refs import DTYPES, F8, check_exact, generator, guard, name, no_failures
 
 # torch 2.15 renamed the funcol *_coalesced ops (the old names warn).
 AG_COALESCED = getattr(funcol, "all_gather_single_coalesced", None) or funcol.all_gather_into_tensor_coalesced
@@ -157,13 +157,24 @@ def task_all_gather_coalesced(ctx, seed, dtypes):
         per = [[data(seed + 10 * i + k, r, s, dt) for r in range(ws)] for k, s in enumerate(shapes)]
         what = f"{{}} {name(dt)}"
 
-        # dist.all_gather_coalesced (deprecated, still offered).
-        outs = [[torch.zeros(s, dtype=dt) for _ in range(ws)] for s in shapes]
+        # dist.all_gather_coalesced (deprecated, still offered), in torch's
+        # layout (gloo's): one output list per rank, shaped like the inputs.
+        outs = [[torch.zeros(s, dtype=dt) for s in shapes] for _ in range(ws)]
         ins = [noncontig(xs[me]) for xs in per]
         guard(f, what.format("all_gather_coalesced"), lambda: dist.all_gather_coalesced(outs, ins))
         for k, xs in enumerate(per):
             for r in range(ws):
-                check_exact(f, what.format(f"all_gather_coalesced[{k}][{r}]"), outs[k][r], xs[r])
+                check_exact(f, what.format(f"all_gather_coalesced[{r}][{k}]"), outs[r][k], xs[r])
+        # and gloo, given the same lists, fills them the same way (for the
+        # dtypes it has)
+        if dt not in F8 + (torch.int16,):
+            ref = [[torch.zeros(s, dtype=dt) for s in shapes] for _ in range(ws)]
+            failed = len(f)
+            guard(f, what.format("all_gather_coalesced on gloo"),
+                  lambda: dist.all_gather_coalesced(ref, [x.contiguous() for x in ins], group=ctx.gloo))
+            for r in range(ws) if len(f) == failed else ():
+                for k in range(len(shapes)):
+                    check_exact(f, what.format(f"all_gather_coalesced[{r}][{k}] vs gloo"), outs[r][k], ref[r][k])
 
         # allgather_into_tensor_coalesced: coalescing manager, both paths.
         for device in (None, torch.device("cpu")):

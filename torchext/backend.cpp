@@ -501,6 +501,9 @@ c10::intrusive_ptr<c10d::Work> ZipcclBackend::allreduce(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceOptions& opts) {
   static constexpr const char* kOp = "all_reduce";
+  if (!tensors.empty() && tensors[0].defined() && tensors[0].is_sparse()) {
+    return allreduceSparse(tensors, opts); // sparse.cpp
+  }
   checkUsable(kOp);
   c10::AutoGradMode noGrad(false);
   checkCount(kOp, "tensors", tensors.size(), 1, "one per process");
@@ -690,14 +693,22 @@ c10::intrusive_ptr<c10d::Work> ZipcclBackend::allgather_coalesced(
   static constexpr const char* kOp = "all_gather_coalesced";
   checkUsable(kOp);
   c10::AutoGradMode noGrad(false);
+  // torch's (and gloo's) layout: one list per rank, each shaped like the
+  // inputs (outputTensorLists[r][k] receives rank r's input k).
   checkCount(
       kOp,
       "output lists",
       outputTensorLists.size(),
-      inputTensors.size(),
-      "one per input tensor");
+      static_cast<size_t>(size_),
+      "one per rank");
   std::vector<at::Tensor> outputs;
   for (const auto& list : outputTensorLists) {
+    checkCount(
+        kOp,
+        "tensors in each output list",
+        list.size(),
+        inputTensors.size(),
+        "one per input tensor");
     outputs.insert(outputs.end(), list.begin(), list.end());
   }
   auto work = makeWork(
@@ -705,8 +716,13 @@ c10::intrusive_ptr<c10d::Work> ZipcclBackend::allgather_coalesced(
       "zipccl:all_gather_coalesced",
       inputTensors,
       outputs);
-  for (size_t i = 0; i < inputTensors.size(); ++i) {
-    addAllgather(*work, kOp, outputTensorLists[i], inputTensors[i], opts);
+  for (size_t k = 0; k < inputTensors.size(); ++k) {
+    std::vector<at::Tensor> perRank;
+    perRank.reserve(outputTensorLists.size());
+    for (auto& list : outputTensorLists) {
+      perRank.push_back(list[k]);
+    }
+    addAllgather(*work, kOp, perRank, inputTensors[k], opts);
   }
   return launch(work, kOp);
 }

@@ -125,6 +125,9 @@ class ZipcclBackend : public c10d::Backend {
       int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // monitor.cpp: rank 0 names the ranks that did not arrive, as gloo's.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks)
+      override;
 
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
@@ -211,6 +214,15 @@ class ZipcclBackend : public c10d::Backend {
       const at::Tensor& output,
       const at::Tensor& input,
       const c10d::ReduceScatterOptions& opts);
+  // sparse.cpp: all_reduce of sparse COO tensors, as gloo's; and the
+  // all_gather of one tensor per rank of the given sizes it is made of,
+  // waited for.
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts);
+  std::vector<at::Tensor> gatherRanks(
+      const at::Tensor& input,
+      const std::vector<int64_t>& numels);
   // Releases the communicator: zc_comm_destroy, then the store handle.
   void destroyComm();
 

@@ -369,6 +369,7 @@ void loadLibrary(const std::string& path) {
   resolve(lib, "zc_comm_create", a.comm_create, path);
   resolve(lib, "zc_comm_submit", a.comm_submit, path);
   resolve(lib, "zc_comm_set_timeout", a.comm_set_timeout, path);
+  resolve(lib, "zc_comm_monitored_barrier", a.comm_monitored_barrier, path);
   resolve(lib, "zc_comm_abort", a.comm_abort, path);
   resolve(lib, "zc_comm_destroy", a.comm_destroy, path);
   resolve(lib, "zc_comm_stats", a.comm_stats, path);

@@ -19,6 +19,7 @@ struct Api {
   zc_comm_create_fn comm_create;
   zc_comm_submit_fn comm_submit;
   zc_comm_set_timeout_fn comm_set_timeout;
+  zc_comm_monitored_barrier_fn comm_monitored_barrier;
   zc_comm_abort_fn comm_abort;
   zc_comm_destroy_fn comm_destroy;
   zc_comm_stats_fn comm_stats;

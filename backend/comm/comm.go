@@ -62,8 +62,9 @@ type Comm struct {
 	// each dtype, which the next one is decided on (sizeOf)
 	a2aSize map[dtype.DType]int
 	stats   stats
-	dev     device // the GPU side (device.go), set up at the first CUDA op
-	gpuPath string // the group option gpu_path: nccl, coded, staged, or "" (ZIPCCL_GPU_PATH)
+	dev     device        // the GPU side (device.go), set up at the first CUDA op
+	gpuPath string        // the group option gpu_path: nccl, coded, staged, or "" (ZIPCCL_GPU_PATH)
+	monSeq  atomic.Uint64 // monitored barriers so far (their message keys)
 }
 
 type task struct {

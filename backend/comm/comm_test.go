@@ -381,7 +381,8 @@ func TestTimeoutNamesOpAndBreaksGroup(t *testing.T) {
 		// that report before its own deadline.
 		require.Contains(t, []Code{CodeTimeout, CodeComm}, CodeOf(err), "rank %d: %v", rank, err)
 		require.Contains(t, err.Error(), "all_reduce")
-		require.Contains(t, err.Error(), "timed out")
+		// as torch's own tests match a timeout
+		require.Regexp(t, " (Timed out|closed|timeout) ", err.Error())
 	}
 	require.Less(t, time.Since(start), 10*time.Second)
 	b := make([]byte, 16)

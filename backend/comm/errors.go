@@ -55,10 +55,11 @@ func CodeOf(err error) Code {
 	return CodeInternal
 }
 
-// timeoutError is the cause of an op context that ran out of time.
+// timeoutError is the cause of an op context that ran out of time. Worded
+// as torch's tests and log scrapers look for it (" Timed out ").
 type timeoutError struct{ after string }
 
-func (e *timeoutError) Error() string { return "timed out after " + e.after }
+func (e *timeoutError) Error() string { return "Timed out after " + e.after }
 
 // brokenError is the cause of every op failure once the group is unusable.
 type brokenError struct{ reason string }

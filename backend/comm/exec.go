@@ -220,7 +220,7 @@ func (c *Comm) wrapErr(what string, fields descFields, err error) error {
 		return &Error{Code: CodeComm, Msg: what + " failed: " + br.reason}
 	case errors.As(err, &to):
 		msg := what + " failed: " + err.Error()
-		reason := fmt.Sprintf("%s timed out on rank %d", fields.kind, c.cfg.Rank)
+		reason := fmt.Sprintf("%s reached its timeout on rank %d", fields.kind, c.cfg.Rank)
 		if c.breakGroup(errors.New(reason)) && c.mesh != nil {
 			go c.mesh.SendAbort(reason)
 		}

@@ -790,6 +790,16 @@ func (pd *Pending) Wait(ctx context.Context) (int, error) {
 	return src, context.Cause(ctx)
 }
 
+// Arrived reports, without waiting, whether the message is in the buffer.
+func (pd *Pending) Arrived() bool {
+	select {
+	case <-pd.r.done:
+		return pd.r.err == nil
+	default:
+		return false
+	}
+}
+
 // Len is the length of the received message, once Wait returned nil.
 func (pd *Pending) Len() int { return pd.r.n }
 
