@@ -12,7 +12,7 @@ TORCH_VERSION ?= 2.15.0
 # (e.g. CPU-only) build is kept.
 deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install numpy pytest pytest-timeout build wheel ninja
+	$(PIP) install numpy pytest pytest-timeout expecttest hypothesis build wheel ninja
 
 # Editable install: libzipccl.so and zipccl._C land in python/zipccl/. Once
 # the editable install exists, later runs rebuild in place incrementally
