@@ -241,8 +241,8 @@ host, port = store.get("zipccl/addr/0").decode().rsplit(":", 1)
 port = int(port)
 held = []
 if rank == 1:
-    def hello(src, dst):  # 4: protocolVersion in backend/transport/handshake.go
-        return struct.pack("<IHHII", 0x3148435A, 4, len(name), src, dst) + os.urandom(16) + name.encode()
+    def hello(src, dst):  # 5: protocolVersion in backend/transport/handshake.go; flags 0
+        return struct.pack("<IHHII", 0x3148435A, 5, len(name), src, dst) + os.urandom(16) + bytes(4) + name.encode()
 
     def read_all(s):
         data = b""

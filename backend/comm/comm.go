@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +33,9 @@ type Config struct {
 	Endpoint *transport.Endpoint
 	// GPU overrides the process's GPU environment (tests).
 	GPU *gpu.Env
+	// AuthKey is the pre-shared key (tests); nil: the process's
+	// (ZIPCCL_AUTH_KEY or ZIPCCL_AUTH_KEY_FILE), if any.
+	AuthKey []byte
 }
 
 // Comm is one rank's communicator.
@@ -102,9 +107,22 @@ func New(cfg Config) (*Comm, error) {
 	if c.gpuPath, err = gpu.ParsePath(cfg.Options["gpu_path"]); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
+	encrypt, err := encryption(cfg.Options)
+	if err == nil && encrypt {
+		c.gpuPath, err = encryptedGPUPath(c.gpuPath)
+	}
+	if err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
+	}
 	c.publish()
 
 	if cfg.Size > 1 {
+		key := cfg.AuthKey
+		if key == nil {
+			if key, err = transport.ProcessAuthKey(); err != nil {
+				return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
+			}
+		}
 		ep := cfg.Endpoint
 		if ep == nil {
 			if ep, err = transport.Shared(); err != nil {
@@ -124,6 +142,8 @@ func New(cfg Config) (*Comm, error) {
 			OnAbort:     c.peerAborted,
 			DialTimeout: c.Timeout,
 			Log:         c.log,
+			AuthKey:     key,
+			Encrypt:     encrypt,
 		})
 		if err != nil {
 			return nil, err
@@ -135,7 +155,7 @@ func New(cfg Config) (*Comm, error) {
 		c.mesh = m
 	}
 	go c.executor()
-	c.log.Infof("communicator created: rank %d of %d, timeout %v, compression %s", cfg.Rank, cfg.Size, cfg.Timeout, c.z.mode)
+	c.log.Infof("communicator created: rank %d of %d, timeout %v, compression %s%s", cfg.Rank, cfg.Size, cfg.Timeout, c.z.mode, c.security())
 	return c, nil
 }
 
@@ -311,4 +331,51 @@ func (c *Comm) shutdownExecutor() {
 	c.closing = true
 	c.cond.Broadcast()
 	c.mu.Unlock()
+}
+
+// encryption reads the group option "encrypt", else ZIPCCL_ENCRYPT: whether
+// the group's pairs seal what they write (transport, seal.go).
+func encryption(opts map[string]string) (bool, error) {
+	v, ok := opts["encrypt"]
+	if !ok {
+		v = os.Getenv("ZIPCCL_ENCRYPT")
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false", "off", "no":
+		return false, nil
+	case "1", "true", "on", "yes":
+		return true, nil
+	}
+	return false, fmt.Errorf("zipccl: encrypt=%q: want 1 or 0", v)
+}
+
+// encryptedGPUPath keeps CUDA tensors of an encrypted group on zipccl's own
+// transport: NCCL's traffic is NCCL's and not encrypted, so a group that
+// asked for encryption never takes that path, and one told to is refused.
+func encryptedGPUPath(path string) (string, error) {
+	if path == "" {
+		path, _ = gpu.ParsePath(os.Getenv("ZIPCCL_GPU_PATH"))
+	}
+	switch path {
+	case "nccl":
+		return "", errors.New("zipccl: encrypt=1 with gpu_path=nccl: NCCL's own traffic is not encrypted; use gpu_path=coded or staged, or leave it unset")
+	case "":
+		return "coded", nil // the GPU codes where it can, else the host stages
+	}
+	return path, nil
+}
+
+// security describes the group's protection for the log (never the key).
+func (c *Comm) security() string {
+	if c.mesh == nil {
+		return ""
+	}
+	s := ", pairs authenticated with the group secret"
+	if c.mesh.HasAuthKey() {
+		s += " and the pre-shared key"
+	}
+	if c.mesh.Encrypts() {
+		s += ", encrypted (AES-256-GCM)"
+	}
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/zipccl/zipccl/backend/collective"
@@ -220,6 +221,10 @@ func (c *Comm) wrapErr(what string, fields descFields, err error) error {
 		return &Error{Code: CodeComm, Msg: what + " failed: " + br.reason}
 	case errors.As(err, &to):
 		msg := what + " failed: " + err.Error()
+		if r := c.mesh.Refusals(); r != "" && !strings.Contains(msg, r) {
+			// a rank set up differently was refused: the likely cause
+			msg += "; " + r
+		}
 		reason := fmt.Sprintf("%s reached its timeout on rank %d", fields.kind, c.cfg.Rank)
 		if c.breakGroup(errors.New(reason)) && c.mesh != nil {
 			go c.mesh.SendAbort(reason)

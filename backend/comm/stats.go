@@ -96,7 +96,9 @@ func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec 
 func (c *Comm) Stats() ([]byte, error) {
 	c.stats.mu.Lock()
 	defer c.stats.mu.Unlock()
-	out := map[string]any{"rank": c.cfg.Rank, "size": c.cfg.Size, "group": c.cfg.Name}
+	out := map[string]any{"rank": c.cfg.Rank, "size": c.cfg.Size, "group": c.cfg.Name,
+		// whether, never what: the key stays out of every report
+		"auth_key": c.mesh != nil && c.mesh.HasAuthKey(), "encrypted": c.mesh != nil && c.mesh.Encrypts()}
 	ops := map[string]OpStats{}
 	for k, v := range c.stats.ops {
 		x := *v

@@ -135,14 +135,14 @@ func (ep *Endpoint) serve(c net.Conn) {
 	if m == nil {
 		// The group may simply not exist here yet: the dialer retries.
 		zlog.Process.Tracef("connection from %s for group %q rank %d: no such group here yet", remote, h.name, h.dst)
-		writeStatus(c, statusUnknown)
+		writeStatus(c, statusUnknown, 0)
 		c.Close()
 		return
 	}
 	src := int(h.src)
 	if src <= m.cfg.Rank || src >= m.cfg.Size {
 		m.log.Warnf("refused a connection from %s claiming rank %d: invalid rank for this pair", remote, src)
-		writeStatus(c, statusRefused)
+		writeStatus(c, statusRefused, 0)
 		c.Close()
 		return
 	}
@@ -151,15 +151,26 @@ func (ep *Endpoint) serve(c net.Conn) {
 	cancel()
 	if err != nil {
 		m.log.Warnf("connection from %s (rank %d): %v", remote, src, err)
-		writeStatus(c, statusUnknown)
+		writeStatus(c, statusUnknown, 0)
 		c.Close()
 		return
 	}
-	if err := serverHandshake(c, h, secret); err != nil {
+	s, err := serverHandshake(c, h, secret, m.flags())
+	var sc net.Conn
+	if err == nil {
+		c.SetDeadline(time.Time{})
+		sc, err = m.secure(c, s, false)
+	}
+	if err != nil {
 		m.log.Warnf("refused a connection from %s claiming to be rank %d: %v", remote, src, err)
+		var mm *setupError
+		if errors.As(err, &mm) {
+			// not authenticated: noted for the ops that wait for this
+			// rank, never acted on (a stranger could send it)
+			m.refuse(src, mm.msg)
+		}
 		c.Close()
 		return
 	}
-	c.SetDeadline(time.Time{})
-	m.install(src, c)
+	m.install(src, sc)
 }

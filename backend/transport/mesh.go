@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,11 @@ type Config struct {
 	// DialTimeout bounds how long a pair keeps trying to connect.
 	DialTimeout func() time.Duration
 	Log         *zlog.Logger
+	// AuthKey is the pre-shared key (auth.go; nil: none), Encrypt whether
+	// the pairs seal what they write (seal.go). Every rank must agree on
+	// both; a pair that does not fails at its handshake, saying why.
+	AuthKey []byte
+	Encrypt bool
 }
 
 // Mesh is one rank's set of lazily connected pairs within a group, plus the
@@ -40,7 +46,10 @@ type Mesh struct {
 	log *zlog.Logger
 
 	secretMu sync.Mutex
-	secretV  []byte
+	secretV  []byte // the pair key (auth.go)
+	// refused: why connections claiming to be a rank were refused (a
+	// different set-up), for the errors of ops that then wait in vain.
+	refused map[int]string // m.mu
 
 	mu        sync.Mutex
 	closed    bool
@@ -156,6 +165,8 @@ func (m *Mesh) Rank() int { return m.cfg.Rank }
 // Size is the number of ranks in the group.
 func (m *Mesh) Size() int { return m.cfg.Size }
 
+// secret is the key the pairs authenticate with: the group secret, or the
+// key derived from it and the pre-shared key.
 func (m *Mesh) secret(ctx context.Context) ([]byte, error) {
 	m.secretMu.Lock()
 	defer m.secretMu.Unlock()
@@ -166,8 +177,64 @@ func (m *Mesh) secret(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s, err = pairKey(s, m.cfg.AuthKey); err != nil {
+		return nil, err
+	}
 	m.secretV = s
 	return s, nil
+}
+
+// HasAuthKey says whether the pairs authenticate with a pre-shared key too.
+func (m *Mesh) HasAuthKey() bool { return m.cfg.AuthKey != nil }
+
+// Encrypts says whether the pairs seal what they write.
+func (m *Mesh) Encrypts() bool { return m.cfg.Encrypt }
+
+// flags are this side's handshake flags.
+func (m *Mesh) flags() byte {
+	var f byte
+	if m.cfg.AuthKey != nil {
+		f |= flagHasKey
+	}
+	if m.cfg.Encrypt {
+		f |= flagEncrypt
+	}
+	return f
+}
+
+// refuse records why a connection claiming to be rank src was refused.
+func (m *Mesh) refuse(src int, why string) {
+	m.mu.Lock()
+	if m.refused == nil {
+		m.refused = map[int]string{}
+	}
+	m.refused[src] = why
+	m.mu.Unlock()
+}
+
+// Refusals says which ranks' connections this side refused and why (""
+// when none): what an op that waited for them in vain adds to its error.
+func (m *Mesh) Refusals() string {
+	if m == nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for r := range m.peers {
+		if why, ok := m.refused[r]; ok {
+			out = append(out, fmt.Sprintf("a connection from rank %d was refused (%s)", r, why))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// secure seals c after its handshake when the group encrypts.
+func (m *Mesh) secure(c net.Conn, s *session, client bool) (net.Conn, error) {
+	if !m.cfg.Encrypt {
+		return c, nil
+	}
+	return seal(c, s, client)
 }
 
 // Connected reports the ranks this mesh currently has a live connection to.
@@ -244,14 +311,19 @@ func (m *Mesh) dialLoop(ctx context.Context, peer int) (net.Conn, error) {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			c.SetDeadline(time.Now().Add(handshakeTimeout))
-			err = clientHandshake(c, m.cfg.Name, m.cfg.Rank, peer, secret)
+			var s *session
+			s, err = clientHandshake(c, m.cfg.Name, m.cfg.Rank, peer, secret, m.flags())
 			if err == nil {
 				c.SetDeadline(time.Time{})
-				m.log.Tracef("connected to rank %d at %s", peer, addr)
-				return c, nil
+				var sc net.Conn
+				if sc, err = m.secure(c, s, true); err == nil {
+					m.log.Tracef("connected to rank %d at %s", peer, addr)
+					return sc, nil
+				}
 			}
 			c.Close()
-			if errors.Is(err, errAuth) || errors.Is(err, errRefused) {
+			var mm *setupError
+			if errors.Is(err, errAuth) || errors.Is(err, errRefused) || errors.As(err, &mm) {
 				return nil, fmt.Errorf("handshake with rank %d at %s: %w", peer, addr, err)
 			}
 			firstRefusal = time.Time{}
@@ -910,6 +982,12 @@ func (m *Mesh) waitReady(ctx context.Context, p *peer) (net.Conn, error) {
 	select {
 	case <-ch:
 	case <-ctx.Done():
+		m.mu.Lock()
+		why := m.refused[p.rank]
+		m.mu.Unlock()
+		if why != "" {
+			return nil, fmt.Errorf("%w (no connection with rank %d: it connected and was refused: %s)", context.Cause(ctx), p.rank, why)
+		}
 		return nil, fmt.Errorf("%w (no connection with rank %d yet)", context.Cause(ctx), p.rank)
 	}
 	m.mu.Lock()

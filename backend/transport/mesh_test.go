@@ -26,6 +26,11 @@ type testGroup struct {
 }
 
 func newTestGroup(t *testing.T, n int) *testGroup {
+	return newTestGroupWith(t, n, func(int, *Config) {})
+}
+
+// newTestGroupWith is newTestGroup with each rank's Config adjusted by set.
+func newTestGroupWith(t *testing.T, n int, set func(rank int, cfg *Config)) *testGroup {
 	t.Helper()
 	g := &testGroup{store: rendezvous.NewMemStore(), lost: make(chan [2]int, 64)}
 	_, err := rendezvous.PublishSecret(g.store)
@@ -33,13 +38,15 @@ func newTestGroup(t *testing.T, n int) *testGroup {
 	for r := 0; r < n; r++ {
 		ep, err := Listen("127.0.0.1")
 		require.NoError(t, err)
-		m, err := NewMesh(ep, Config{
+		cfg := Config{
 			Name: "g", Rank: r, Size: n,
 			Secret:      func(ctx context.Context) ([]byte, error) { return rendezvous.FetchSecret(ctx, g.store) },
 			PeerAddr:    func(ctx context.Context, p int) (string, error) { return rendezvous.FetchAddr(ctx, g.store, p) },
 			OnPeerLost:  func(p int, err error) { g.lost <- [2]int{r, p} },
 			DialTimeout: func() time.Duration { return 10 * time.Second },
-		})
+		}
+		set(r, &cfg)
+		m, err := NewMesh(ep, cfg)
 		require.NoError(t, err)
 		require.NoError(t, rendezvous.PublishAddr(g.store, r, ep.Addr()))
 		g.meshes = append(g.meshes, m)
@@ -233,19 +240,19 @@ func TestStrangerIsRefused(t *testing.T) {
 	// 2. A well-formed hello with a wrong secret.
 	c, err = net.Dial("tcp", addr)
 	require.NoError(t, err)
-	err = clientHandshake(c, "g", 1, 0, bytes.Repeat([]byte{1}, rendezvous.SecretLen))
+	_, err = clientHandshake(c, "g", 1, 0, bytes.Repeat([]byte{1}, rendezvous.SecretLen), 0)
 	require.ErrorIs(t, err, errAuth, "the server's proof must not verify with a wrong secret")
 	c.Close()
 
 	// 3. A stranger who skips the server check and sends a forged MAC.
 	c, err = net.Dial("tcp", addr)
 	require.NoError(t, err)
-	hello := make([]byte, 33)
+	hello := make([]byte, 37)
 	binary.LittleEndian.PutUint32(hello[0:], helloMagic)
 	binary.LittleEndian.PutUint16(hello[4:], protocolVersion)
 	binary.LittleEndian.PutUint16(hello[6:], 1)
 	binary.LittleEndian.PutUint32(hello[8:], 1)
-	hello[32] = 'g'
+	hello[36] = 'g'
 	_, err = c.Write(hello)
 	require.NoError(t, err)
 	rep := make([]byte, 8+nonceLen+macLen)

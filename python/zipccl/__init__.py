@@ -51,11 +51,16 @@ class Options:
             moved by zipccl's own transport), ``"staged"`` (copied to host
             memory and run on the CPU path) or ``"auto"``; None keeps
             ``ZIPCCL_GPU_PATH``, else the planner's choice.
+        encrypt: whether the group's pairs encrypt and authenticate every
+            frame (AES-256-GCM), sent as ``encrypt=true``/``false``; None
+            keeps ``ZIPCCL_ENCRYPT``. Every rank must agree. CUDA tensors of
+            an encrypted group stay off NCCL, whose traffic is its own.
         extra: further engine options, passed through as they are.
     """
 
     compression: str | None = None
     gpu_path: str | None = None
+    encrypt: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_string(self) -> str:
@@ -64,6 +69,8 @@ class Options:
             items["compression"] = self.compression
         if self.gpu_path is not None:
             items["gpu_path"] = self.gpu_path
+        if self.encrypt is not None:
+            items["encrypt"] = self.encrypt
         items.update(self.extra)
         return _encode_options(items)
 
@@ -212,7 +219,9 @@ def _zipccl_backend(group: Any) -> Any:
 
 def stats(group: Any = None) -> dict[str, Any]:
     """Per-op statistics of a group's communicator (the default group when
-    group is None): ``{"rank", "size", "group", "ops": {op: {...}}}`` where
+    group is None): ``{"rank", "size", "group", "auth_key", "encrypted",
+    "ops": {op: {...}}}`` (``auth_key``: the pairs authenticate with a
+    pre-shared key, never the key itself; ``encrypted``: they encrypt) where
     each op has ``count``, ``errors``, ``raw_bytes`` (the payload),
     ``wire_bytes`` (what this rank sent), ``uncoded_bytes`` (what those
     sends stand for uncoded), ``ratio`` (uncoded_bytes / wire_bytes),

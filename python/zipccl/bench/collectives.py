@@ -24,7 +24,7 @@ from ..netharness.linktrace import LinkTrace
 from ..netharness.topology import IFNAME
 from . import report
 from .progress import progress_bar
-from .specs import canonical_dtype, format_bytes, parse_ops, parse_sizes
+from .specs import canonical_dtype, format_bytes, parse_backend, parse_ops, parse_sizes
 from .worker import EVENT_PREFIX
 
 DEFAULT_RESULTS_DIR = os.path.join("benchmarks", "results")
@@ -34,7 +34,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="gloo,zipccl",
                    help="comma list, run side by side (default gloo,zipccl); zipccl:MODE runs zipccl with "
                         "compression MODE (auto, always, never), zipccl@PATH with CUDA tensors on GPU path PATH "
-                        "(nccl, coded, staged), e.g. gloo,zipccl,zipccl:never@staged")
+                        "(nccl, coded, staged), zipccl+enc with its pairs encrypted (AES-256-GCM), e.g. "
+                        "gloo,zipccl,zipccl:never@staged,zipccl+enc")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the tensors live (default cpu); cuda puts every rank's on GPU rank mod "
                         "the GPU count, so ranks share GPUs when there are fewer GPUs than ranks")
@@ -84,13 +85,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     if not backends or len(set(backends)) != len(backends):
         raise ValueError("--backends needs distinct names, e.g. gloo,zipccl")
     for b in backends:
-        name, mode, path = parse_backend(b)
-        if (mode or path) and name != "zipccl":
-            raise ValueError(f"--backends: {b!r}: only zipccl takes a mode or a GPU path")
-        if mode and mode not in ("auto", "always", "never"):
-            raise ValueError(f"--backends: {b!r}: the mode is one of auto, always, never")
-        if path and path not in ("nccl", "coded", "staged", "auto"):
-            raise ValueError(f"--backends: {b!r}: the GPU path is one of nccl, coded, staged, auto")
+        parse_backend(b)
     if args.world_size < 2:
         raise ValueError("--world-size must be at least 2")
     return {
@@ -110,12 +105,11 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def parse_backend(name: str) -> tuple[str, str, str]:
-    """'zipccl:never@staged' -> ('zipccl', 'never', 'staged'); absent parts
-    are ''."""
-    rest, _, path = name.partition("@")
-    backend, _, mode = rest.partition(":")
-    return backend, mode, path
+def zipccl_env() -> dict[str, str]:
+    """The ZIPCCL_ settings of this run for its JSON, the key's value
+    withheld."""
+    return {k: "(set, withheld)" if k == "ZIPCCL_AUTH_KEY" else v
+            for k, v in sorted(os.environ.items()) if k.startswith("ZIPCCL_")}
 
 
 def _skew(s: float) -> float:
@@ -244,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
         kernel=platform.release(),
         compress=args.compress or os.environ.get("ZIPCCL_COMPRESS", "default"),
         pinned=not args.no_pin,
-        zipccl_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("ZIPCCL_")},
+        zipccl_env=zipccl_env(),
         config=cfg,
     )
     with open(os.path.splitext(csv_path)[0] + ".json", "w") as f:

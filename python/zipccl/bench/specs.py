@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 DTYPES = {
     "float32": 4,
@@ -137,3 +138,31 @@ def format_bytes(n: float) -> str:
             value = n / scale
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
     return f"{n:.0f} B"
+
+
+class BackendSpec(NamedTuple):
+    """One --backends entry: a backend name, or zipccl[:MODE][@PATH][+enc]
+    for zipccl with compression MODE, GPU path PATH, and its pairs
+    encrypted, on that group only. Absent parts are '' (False)."""
+
+    name: str
+    mode: str = ""
+    path: str = ""
+    encrypt: bool = False
+
+
+def parse_backend(entry: str) -> BackendSpec:
+    """'zipccl:never@staged+enc' -> BackendSpec('zipccl', 'never', 'staged',
+    True); raises ValueError for what no group could be made of."""
+    rest, plus, flag = entry.partition("+")
+    rest, _, path = rest.partition("@")
+    name, _, mode = rest.partition(":")
+    if plus and flag != "enc":
+        raise ValueError(f"--backends: {entry!r}: the only suffix is +enc (encrypted pairs)")
+    if (mode or path or plus) and name != "zipccl":
+        raise ValueError(f"--backends: {entry!r}: only zipccl takes a mode, a GPU path or +enc")
+    if mode and mode not in ("auto", "always", "never"):
+        raise ValueError(f"--backends: {entry!r}: the mode is one of auto, always, never")
+    if path and path not in ("nccl", "coded", "staged", "auto"):
+        raise ValueError(f"--backends: {entry!r}: the GPU path is one of nccl, coded, staged, auto")
+    return BackendSpec(name, mode, path, bool(plus))

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from . import data as bench_data
 from .ops import Bound, a2a_splits, bind, compare, input_numel, reorder_tolerance
-from .specs import OPS, OpSpec, align_size
+from .specs import OPS, OpSpec, align_size, parse_backend
 
 EVENT_PREFIX = "@zipccl-bench "
 _DTYPES = {
@@ -234,18 +234,16 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
     return rows
 
 
-def new_group(name: str, timeout: datetime.timedelta):
-    """The group of one --backends entry: a backend name, or
-    zipccl[:MODE][@PATH] for zipccl with compression MODE (auto, always,
-    never) and GPU path PATH (nccl, coded, staged) on that group only."""
-    rest, _, path = name.partition("@")
-    backend, _, mode = rest.partition(":")
-    if backend == "zipccl" and (mode or path):
+def new_group(entry: str, timeout: datetime.timedelta):
+    """The group of one --backends entry (specs.BackendSpec)."""
+    spec = parse_backend(entry)
+    if spec.name == "zipccl" and (spec.mode or spec.path or spec.encrypt):
         import zipccl
 
         return dist.new_group(backend="zipccl", timeout=timeout,
-                              pg_options=zipccl.Options(compression=mode or None, gpu_path=path or None))
-    return dist.new_group(backend=backend, timeout=timeout)
+                              pg_options=zipccl.Options(compression=spec.mode or None, gpu_path=spec.path or None,
+                                                        encrypt=spec.encrypt or None))
+    return dist.new_group(backend=spec.name, timeout=timeout)
 
 
 def main(argv: list[str]) -> int:
