@@ -14,6 +14,7 @@ package main
 import "C"
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -264,6 +265,34 @@ func zc_comm_stats(h C.uintptr_t, buf *C.char, capacity C.int32_t) (n C.int32_t)
 	}
 	js, err := c.Stats()
 	if err != nil {
+		return -1
+	}
+	return writeJSON(buf, capacity, js)
+}
+
+//export zc_comm_hosts
+func zc_comm_hosts(h C.uintptr_t, buf *C.char, capacity C.int32_t, errBuf *C.char, errLen C.int32_t) (n C.int32_t) {
+	var code C.int32_t
+	defer func() {
+		if code != C.ZC_OK {
+			n = -1
+		}
+	}()
+	defer guard(&code, errBuf, errLen)
+	c, code := liveComm(h, errBuf, errLen)
+	if c == nil {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout())
+	defer cancel()
+	layout, err := c.Hosts(ctx)
+	if err != nil {
+		writeErr(errBuf, errLen, err.Error())
+		return -1
+	}
+	js, err := json.Marshal(layout)
+	if err != nil {
+		writeErr(errBuf, errLen, err.Error())
 		return -1
 	}
 	return writeJSON(buf, capacity, js)

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define ZC_ABI_VERSION 3
+#define ZC_ABI_VERSION 4
 
 /* Element types (match backend/dtype). */
 enum {
@@ -185,6 +185,12 @@ typedef int32_t (*zc_comm_abort_fn)(uintptr_t comm, const char* reason);
 typedef int32_t (*zc_comm_destroy_fn)(uintptr_t comm);
 /* Writes a JSON object of per-op statistics; returns the length needed. */
 typedef int32_t (*zc_comm_stats_fn)(uintptr_t comm, char* buf, int32_t cap);
+/* ABI 4: writes the group's ranks grouped by host as a JSON array of
+ * arrays of group ranks (backend/hosts), learned from the store the first
+ * time (blocking up to the group's timeout for ranks that have not created
+ * the group yet); returns the length needed, or -1 with the message. */
+typedef int32_t (*zc_comm_hosts_fn)(uintptr_t comm, char* buf, int32_t cap,
+                                    char* err, int32_t errlen);
 /* Waits up to timeout_ms for the next completion of any communicator.
  * Returns 1 when *out was filled, 0 on timeout. */
 typedef int32_t (*zc_poll_fn)(int64_t timeout_ms, zc_completion* out);

@@ -1,21 +1,26 @@
 """The benchmark harness's emulated hosts: the TCP congestion control of the
 ranks' traffic is the one asked for (cubic by default), on both ends of a
-connection, whatever this machine's namespaces would inherit; and the link
-trace counts what crosses each link.
+connection, whatever this machine's namespaces would inherit; the link
+trace counts what crosses each link; and hosts of several ranks share one
+NIC, which only traffic between hosts crosses.
 
 The namespace tests need root and `ip netns`; they are skipped otherwise.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from zipccl.netharness import DEFAULT_TCP_CC, LinkSpec, Network, NetworkError, parse_tcp_cc
+from zipccl.netharness import DEFAULT_TCP_CC, HostLayout, LinkSpec, Network, NetworkError, launch_ranks, parse_tcp_cc
 from zipccl.netharness.linktrace import LinkTrace, busy_periods, read_trace
 
 
@@ -130,7 +135,7 @@ def test_busy_periods_find_calls_and_their_idle_links() -> None:
     p1, p2 = busy_periods(ts, up, 8e6)
     assert (p1.ms, p1.head_ms, p1.tail_ms) == pytest.approx((200, 20, 40), abs=5)
     assert p1.mid_util == pytest.approx(1.0, abs=0.03)
-    assert p1.mb_per_rank == pytest.approx((0.16 + 0.18) / 2, rel=0.03)
+    assert p1.mb_per_link == pytest.approx((0.16 + 0.18) / 2, rel=0.03)
     assert (p2.ms, p2.head_ms, p2.tail_ms) == pytest.approx((100, 0, 0), abs=5)
     assert p2.mid_util == pytest.approx(0.6, abs=0.03)
 
@@ -161,3 +166,172 @@ def test_link_trace_sees_what_crosses_each_link(tmp_path) -> None:
     assert sent1 < size * 0.1  # acks only
     busiest = max(busy_periods(ts, up, 100e6), key=lambda p: p.ms)
     assert busiest.ms == pytest.approx(size * 8 / 100e6 * 1000, rel=0.3)
+
+
+# -- hosts of several ranks --------------------------------------------------
+
+
+def test_host_layout_places_ranks_host_major() -> None:
+    layout = HostLayout.of(6, 3)
+    assert (layout.hosts, layout.ranks_per_host, layout.world_size) == (2, 3, 6)
+    assert [layout.host_of(r) for r in range(6)] == [0, 0, 0, 1, 1, 1]
+    assert [layout.local_rank(r) for r in range(6)] == [0, 1, 2, 0, 1, 2]
+    assert list(layout.ranks_of(1)) == [3, 4, 5]
+    assert layout.describe() == "6 ranks (2 hosts of 3 ranks)"
+    assert HostLayout.of(4).describe() == "4 ranks"
+    with pytest.raises(ValueError, match="not a multiple of ranks_per_host 2"):
+        HostLayout.of(3, 2)
+    with pytest.raises(ValueError, match="ranks_per_host must be at least 1"):
+        HostLayout.of(4, 0)
+    with pytest.raises(ValueError, match="rank 6 is not in 0..5"):
+        layout.host_of(6)
+
+
+@pytest.mark.parametrize("world, hosts, per_host, want", [
+    (None, None, None, (4, 1)),  # the default: one rank per host
+    (8, None, None, (8, 1)),  # --world-size alone keeps its meaning
+    (None, 2, 2, (2, 2)),
+    (4, 2, 2, (2, 2)),
+    (None, 3, None, (3, 1)),
+    (6, 3, None, (3, 2)),
+    (None, None, 2, (2, 2)),
+    (6, None, 3, (2, 3)),
+])
+def test_host_layout_from_the_command_line(world, hosts, per_host, want) -> None:
+    layout = HostLayout.from_args(world, hosts, per_host, default_world_size=4)
+    assert (layout.hosts, layout.ranks_per_host) == want
+
+
+@pytest.mark.parametrize("world, hosts, per_host, error", [
+    (3, 2, 2, "--world-size 3 disagrees with --hosts 2 x --ranks-per-host 2 = 4"),
+    (5, 2, None, "--world-size 5 does not split evenly over --hosts 2"),
+    (None, None, 3, "--world-size 4 is not a multiple of --ranks-per-host 3"),
+    (None, 0, 2, "--hosts must be at least 1, not 0"),
+    (None, 2, -1, "--ranks-per-host must be at least 1, not -1"),
+])
+def test_host_layout_command_line_errors(world, hosts, per_host, error) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        HostLayout.from_args(world, hosts, per_host, default_world_size=4)
+
+
+def test_network_places_ranks_on_hosts() -> None:
+    net = Network(4, use_netns=False, ranks_per_host=2)
+    assert (net.hosts, net.ranks_per_host, net.world_size) == (2, 2, 4)
+    assert [net.host_of(r) for r in range(4)] == [0, 0, 1, 1]
+    assert net.namespace(0) == net.namespace(1) == net.host_namespace(0)
+    assert net.namespace(2) == net.namespace(3) == net.host_namespace(1) != net.namespace(0)
+    assert "2 hosts of 2 ranks" in net.describe()
+    assert not net.nic_per_rank
+    env = net.rank_env(3)
+    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"]) == ("1", "2", "1")
+    # One rank per host, the default: each rank its own host, as before.
+    single = Network(3, use_netns=False)
+    assert single.hosts == 3 and len({single.namespace(r) for r in range(3)}) == 3
+    assert single.namespace(2).endswith(f"-{single.tag}-r2")
+    assert "hosts" not in single.describe()
+    assert [single.rank_env(r)["GROUP_RANK"] for r in range(3)] == ["0", "1", "2"]
+    with pytest.raises(ValueError, match="not a multiple"):
+        Network(3, use_netns=False, ranks_per_host=2)
+
+
+def test_ranks_learn_their_place_on_their_host() -> None:
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    seen: dict[int, str] = {}
+    launch_ranks(Network(4, use_netns=False, ranks_per_host=2),
+                 ["-c", f"import os; print(*(os.environ[k] for k in {keys!r}))"],
+                 on_line=lambda rank, line: seen.__setitem__(rank, line), timeout_s=60)
+    assert seen == {0: "0 4 0 2 0", 1: "1 4 1 2 0", 2: "2 4 0 2 1", 3: "3 4 1 2 1"}
+
+
+@pytest.mark.parametrize("cli", ["bench", "demo"])
+def test_layout_flags_are_checked(cli, capsys) -> None:
+    if cli == "bench":
+        from zipccl.bench.collectives import configure, run
+    else:
+        from zipccl.demo.cli import configure, run
+    p = argparse.ArgumentParser()
+    configure(p)
+    assert run(p.parse_args(["--hosts", "2", "--ranks-per-host", "2", "--world-size", "3", "--no-netns"])) == 2
+    assert "--world-size 3 disagrees with --hosts 2 x --ranks-per-host 2" in capsys.readouterr().err
+
+
+def _link_counters(dev: str) -> int:
+    """Bytes a bridge-side veth end has moved, both ways."""
+    base = f"/sys/class/net/{dev}/statistics"
+    with open(f"{base}/rx_bytes") as rx, open(f"{base}/tx_bytes") as tx:
+        return int(rx.read()) + int(tx.read())
+
+
+def _send(net: Network, src: int, dst: int, size: int) -> None:
+    """size bytes over TCP from rank src to rank dst."""
+    sink = subprocess.Popen([*net.command_prefix(dst), sys.executable, "-c", PEER, "listen", net.address(dst),
+                             str(size)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None
+        assert sink.stdout.readline().strip() == "ready"
+        subprocess.run([*net.command_prefix(src), sys.executable, "-c", PEER, "connect", net.address(dst),
+                        str(size)], check=True, timeout=60)
+        assert int(sink.stdout.readline()) == size
+        sink.wait(timeout=30)
+    finally:
+        sink.kill()
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
+@pytest.mark.timeout(120)
+def test_ranks_of_a_host_share_its_nic() -> None:
+    with Network(4, LinkSpec.parse("1gbit"), ranks_per_host=2) as net:
+        assert net.mode == "netns", net.reason
+        assert "2 hosts of 2 ranks, each host's NIC 1 Gbit/s" in net.describe()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+        ours = {line.split()[0] for line in listed.splitlines() if f"-{net.tag}-" in line}
+        assert ours == {net.host_namespace(0), net.host_namespace(1)}
+        links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
+                                          check=True).stdout)
+        veths = sorted(link["ifname"] for link in links if link["ifname"].startswith(f"zc{net.tag}h"))
+        assert veths == sorted([net.host_end_of_host(0), net.host_end_of_host(1)])
+        assert (net.namespace(0), net.address(0)) == (net.namespace(1), net.address(1))
+        assert net.namespace(0) != net.namespace(2) and net.address(0) != net.address(2)
+        assert net.host_end(1) == net.host_end_of_host(0) != net.host_end(2)
+        nics = [net.host_end_of_host(h) for h in range(2)]
+
+        # Within a host: loopback, the NIC sees next to nothing.
+        before = [_link_counters(d) for d in nics]
+        size = 50_000_000
+        _send(net, 0, 1, size)
+        moved = [_link_counters(d) - b for d, b in zip(nics, before)]
+        assert max(moved) < 1 << 20, f"the NICs moved {moved} bytes for {size} within host 0"
+
+        # Between hosts: every byte leaves host 0's NIC and enters host 1's.
+        before = [_link_counters(d) for d in nics]
+        size = 20_000_000
+        _send(net, 1, 2, size)
+        moved = [_link_counters(d) - b for d, b in zip(nics, before)]
+        assert all(size <= m < size * 1.1 for m in moved), f"the NICs moved {moved} bytes for {size} between hosts"
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
+@pytest.mark.timeout(180)
+def test_bench_collectives_on_hosts_of_two_ranks(tmp_path) -> None:
+    out = tmp_path / "bench.csv"
+    trace = tmp_path / "links.csv"
+    proc = subprocess.run(
+        [sys.executable, "-m", "zipccl", "bench", "collectives", "--hosts", "2", "--ranks-per-host", "2",
+         "--link-rate", "1gbit", "--ops", "all_gather", "--sizes", "1M", "--backends", "gloo,zipccl",
+         "--rounds", "1", "--iters", "2", "--warmup", "1", "--no-plot", "--csv", str(out),
+         "--link-trace", str(trace)],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "4 ranks (2 hosts of 2 ranks)" in proc.stdout
+    assert "link check: one flow" in proc.stdout  # host 0 -> host 1
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["backend"] for r in rows} == {"gloo", "zipccl"}
+    assert all((r["world_size"], r["hosts"], r["ranks_per_host"]) == ("4", "2", "2") for r in rows)
+    # A shared NIC counts a host's ranks together: nominal bytes, not the NIC's.
+    assert {r["wire_source"] for r in rows} == {"nominal", "zipccl stats"}
+    with open(tmp_path / "bench.json") as f:
+        meta = json.load(f)
+    assert (meta["world_size"], meta["hosts"], meta["ranks_per_host"]) == (4, 2, 2)
+    with open(trace, newline="") as f:
+        assert next(csv.reader(f)) == ["t_s", "up0", "down0", "up1", "down1"]

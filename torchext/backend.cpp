@@ -334,16 +334,9 @@ void ZipcclBackend::setTimeout(std::chrono::milliseconds timeout) {
 std::string ZipcclBackend::stats() {
   checkUsable("stats");
   const Api& a = api();
-  std::string buf(4096, '\0');
-  for (;;) {
-    int32_t n = a.comm_stats(comm_, buf.data(), static_cast<int32_t>(buf.size()));
-    TORCH_CHECK(n >= 0, "zipccl: zc_comm_stats failed with ", n);
-    if (static_cast<size_t>(n) < buf.size()) {
-      buf.resize(n);
-      return buf;
-    }
-    buf.assign(static_cast<size_t>(n) + 1, '\0');
-  }
+  return readJSON(
+      [&](char* buf, int32_t cap) { return a.comm_stats(comm_, buf, cap); },
+      "zc_comm_stats");
 }
 
 c10::intrusive_ptr<c10d::Backend> ZipcclBackend::split(

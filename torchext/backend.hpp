@@ -147,6 +147,8 @@ class ZipcclBackend : public c10d::Backend {
 
   // JSON from zc_comm_stats.
   std::string stats();
+  // hosts.cpp: JSON from zc_comm_hosts (the group's ranks by host).
+  std::string hosts();
   const std::string& groupName() const {
     return groupName_;
   }

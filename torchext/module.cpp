@@ -21,26 +21,30 @@ namespace {
 
 std::string info() {
   const Api& a = api();
-  std::string buf(8192, '\0');
-  for (;;) {
-    int32_t n = a.info(buf.data(), static_cast<int32_t>(buf.size()));
-    TORCH_CHECK(n >= 0, "zipccl: zc_info failed with ", n);
-    if (static_cast<size_t>(n) < buf.size()) {
-      buf.resize(n);
-      return buf;
-    }
-    buf.assign(static_cast<size_t>(n) + 1, '\0');
-  }
+  return readJSON(
+      [&](char* buf, int32_t cap) { return a.info(buf, cap); }, "zc_info");
 }
 
-std::string stats(const c10::intrusive_ptr<c10d::Backend>& backend) {
+ZipcclBackend& zipcclOf(
+    const c10::intrusive_ptr<c10d::Backend>& backend,
+    const char* what) {
   auto* zb = dynamic_cast<ZipcclBackend*>(backend.get());
   TORCH_CHECK(
       zb != nullptr,
-      "zipccl: stats() needs a zipccl backend, got '",
+      "zipccl: ",
+      what,
+      "() needs a zipccl backend, got '",
       backend ? backend->getBackendName() : std::string("None"),
       "'");
-  return zb->stats();
+  return *zb;
+}
+
+std::string stats(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  return zipcclOf(backend, "stats").stats();
+}
+
+std::string hosts(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  return zipcclOf(backend, "topology").hosts();
 }
 
 } // namespace
@@ -85,6 +89,11 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_stats",
       &stats,
+      py::arg("backend"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_hosts",
+      &hosts,
       py::arg("backend"),
       py::call_guard<py::gil_scoped_release>());
 

@@ -373,6 +373,7 @@ void loadLibrary(const std::string& path) {
   resolve(lib, "zc_comm_abort", a.comm_abort, path);
   resolve(lib, "zc_comm_destroy", a.comm_destroy, path);
   resolve(lib, "zc_comm_stats", a.comm_stats, path);
+  resolve(lib, "zc_comm_hosts", a.comm_hosts, path);
   resolve(lib, "zc_poll", a.poll, path);
   resolve(lib, "zc_info", a.info, path);
   resolve(lib, "zc_init_device", a.init_device, path);
@@ -489,6 +490,21 @@ GilRelease::GilRelease() {
 GilRelease::~GilRelease() {
   if (state_ != nullptr) {
     PyEval_RestoreThread(static_cast<PyThreadState*>(state_));
+  }
+}
+
+std::string readJSON(
+    const std::function<int32_t(char*, int32_t)>& fill,
+    const char* what) {
+  std::string buf(4096, '\0');
+  for (;;) {
+    int32_t n = fill(buf.data(), static_cast<int32_t>(buf.size()));
+    TORCH_CHECK(n >= 0, "zipccl: ", what, " failed with ", n);
+    if (static_cast<size_t>(n) < buf.size()) {
+      buf.resize(n);
+      return buf;
+    }
+    buf.assign(static_cast<size_t>(n) + 1, '\0');
   }
 }
 

@@ -3,6 +3,7 @@
 // c10d::Store bridge handed to Go.
 #pragma once
 
+#include <functional>
 #include <cstdint>
 #include <string>
 
@@ -23,6 +24,7 @@ struct Api {
   zc_comm_abort_fn comm_abort;
   zc_comm_destroy_fn comm_destroy;
   zc_comm_stats_fn comm_stats;
+  zc_comm_hosts_fn comm_hosts;
   zc_poll_fn poll;
   zc_info_fn info;
   // The GPU path (cuda_path.cpp).
@@ -88,5 +90,13 @@ class GilRelease {
 
 // Copies a message into a C buffer of errlen bytes, always NUL-terminated.
 void writeMessage(char* dst, int32_t cap, const std::string& msg);
+
+// The engine's JSON queries (zc_info, zc_comm_stats, zc_comm_hosts) write
+// into a caller's buffer and return the length they need: calls fill with
+// a big enough buffer and returns the text. A negative return throws,
+// naming what failed (fill may throw a better message first).
+std::string readJSON(
+    const std::function<int32_t(char*, int32_t)>& fill,
+    const char* what);
 
 } // namespace zipccl

@@ -33,6 +33,9 @@ type Config struct {
 	Endpoint *transport.Endpoint
 	// GPU overrides the process's GPU environment (tests).
 	GPU *gpu.Env
+	// HostID overrides this process's host identity (tests; package
+	// hosts).
+	HostID string
 	// AuthKey is the pre-shared key (tests); nil: the process's
 	// (ZIPCCL_AUTH_KEY or ZIPCCL_AUTH_KEY_FILE), if any.
 	AuthKey []byte
@@ -70,6 +73,7 @@ type Comm struct {
 	dev     device        // the GPU side (device.go), set up at the first CUDA op
 	gpuPath string        // the group option gpu_path: nccl, coded, staged, or "" (ZIPCCL_GPU_PATH)
 	monSeq  atomic.Uint64 // monitored barriers so far (their message keys)
+	layout  layout        // the group's hosts (layout.go)
 }
 
 type task struct {
@@ -148,7 +152,10 @@ func New(cfg Config) (*Comm, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := rendezvous.PublishAddr(cfg.Store, cfg.Rank, ep.Addr()); err != nil {
+		if err := rendezvous.PublishAddr(cfg.Store, cfg.Rank, ep.Addr()); err == nil {
+			err = rendezvous.PublishHost(cfg.Store, cfg.Rank, cfg.hostID())
+		}
+		if err != nil {
 			m.Close()
 			return nil, err
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	_ "github.com/zipccl/zipccl/backend/cenv" // before defaultEnv reads ZIPCCL_GPU_PATH
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/topology"
 )
 
@@ -82,7 +83,7 @@ func newDefaultEnv() *Env {
 			return k, nil
 		},
 		probeTopo: func() topology.Topology { return topology.Probe(nvml.New()) },
-		host:      topology.HostID(),
+		host:      hosts.Machine(),
 		identify:  identifyDevice,
 		rdma:      hasRDMA(),
 	}

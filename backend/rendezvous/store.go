@@ -26,6 +26,7 @@ const (
 )
 
 func addrKey(rank int) string { return "zipccl/addr/" + strconv.Itoa(rank) }
+func hostKey(rank int) string { return "zipccl/host/" + strconv.Itoa(rank) }
 
 // SecretLen is the size of a group secret in bytes.
 const SecretLen = 32
@@ -69,6 +70,23 @@ func FetchAddr(ctx context.Context, s Store, rank int) (string, error) {
 	v, err := s.Get(ctx, addrKey(rank))
 	if err != nil {
 		return "", fmt.Errorf("zipccl: waiting for the address of rank %d: %w", rank, err)
+	}
+	return string(v), nil
+}
+
+// PublishHost announces rank's host identity (package hosts).
+func PublishHost(s Store, rank int, id string) error {
+	if err := s.Set(hostKey(rank), []byte(id)); err != nil {
+		return fmt.Errorf("zipccl: publishing the host of rank %d: %w", rank, err)
+	}
+	return nil
+}
+
+// FetchHost waits for a peer's host identity.
+func FetchHost(ctx context.Context, s Store, rank int) (string, error) {
+	v, err := s.Get(ctx, hostKey(rank))
+	if err != nil {
+		return "", fmt.Errorf("zipccl: waiting for the host of rank %d: %w", rank, err)
 	}
 	return string(v), nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/klauspost/cpuid/v2"
 
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/topology"
 )
 
@@ -79,7 +80,7 @@ func ProbeCPU() CPU {
 // Probe gathers everything. ncclPath is the library to try first (torch's
 // wheel ships one); empty means the system's.
 func Probe(version, ncclPath string) Info {
-	info := Info{ZipcclVersion: version, GoVersion: runtime.Version(), CPU: ProbeCPU(), HostID: topology.HostID()}
+	info := Info{ZipcclVersion: version, GoVersion: runtime.Version(), CPU: ProbeCPU(), HostID: hosts.ID()}
 	topo := probeGPUs()
 	info.GPUs, info.GPULinks, info.Driver, info.GPUError = topo.GPUs, topo.SortedLinks(), topo.Driver, topo.Error
 	info.NCCL = probeNCCL(ncclPath)

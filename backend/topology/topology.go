@@ -17,7 +17,6 @@ package topology
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -296,31 +295,6 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
-}
-
-// HostID identifies this machine: the kernel's boot id, which containers on
-// one host share (their hostnames and machine ids may differ), else the
-// hostname and machine id; ZIPCCL_HOST_ID overrides it. A peer's GPU must
-// also be known to this host's NVML for AllNVLink to count it, so a wrong
-// "same host" answer cannot make two hosts look NVLink-connected.
-func HostID() string {
-	if v := os.Getenv("ZIPCCL_HOST_ID"); v != "" {
-		return v
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
-			return "boot:" + id
-		}
-	}
-	h, _ := os.Hostname()
-	for _, f := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
-		if b, err := os.ReadFile(f); err == nil {
-			if id := strings.TrimSpace(string(b)); id != "" {
-				return h + "/" + id
-			}
-		}
-	}
-	return h
 }
 
 // SortedLinks returns t.Links ordered by (A, B), for stable output.

@@ -260,13 +260,3 @@ func TestNormBusID(t *testing.T) {
 		}
 	}
 }
-
-func TestHostIDStable(t *testing.T) {
-	if a, b := HostID(), HostID(); a == "" || a != b {
-		t.Fatalf("HostID %q %q", a, b)
-	}
-	t.Setenv("ZIPCCL_HOST_ID", "rack7-node3")
-	if HostID() != "rack7-node3" {
-		t.Fatal("ZIPCCL_HOST_ID not honoured")
-	}
-}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/zipccl/zipccl/backend/hosts"
 )
 
 // Between two processes of one host and one network namespace, a large
@@ -55,7 +57,7 @@ type cmaIdentity struct {
 }
 
 var localCMA = sync.OnceValues(func() (*cmaIdentity, error) {
-	dev, ino, err := netnsID()
+	dev, ino, err := hosts.NetNS()
 	if err != nil {
 		return nil, err
 	}

@@ -9,15 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// netnsID identifies this process's network namespace.
-func netnsID() (dev, ino uint64, err error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
-		return 0, 0, err
-	}
-	return uint64(st.Dev), st.Ino, nil
-}
-
 // cmaRead copies segs of process pid's memory into dst (whose length is
 // their total), resuming after partial reads.
 func cmaRead(pid int, dst []byte, segs []cmaSeg) error {

@@ -25,6 +25,8 @@ type Endpoint struct {
 
 	mu     sync.Mutex
 	meshes map[meshID]*Mesh
+
+	refusals *refusalLog
 }
 
 type meshID struct {
@@ -65,7 +67,7 @@ func Listen(host string) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zipccl: listening on %s: %w", host, err)
 	}
-	ep := &Endpoint{ln: ln, meshes: map[meshID]*Mesh{}}
+	ep := &Endpoint{ln: ln, meshes: map[meshID]*Mesh{}, refusals: newRefusalLog()}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ep.addr = net.JoinHostPort(host, strconv.Itoa(port))
 	go ep.acceptLoop()
@@ -127,7 +129,7 @@ func (ep *Endpoint) serve(c net.Conn) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	h, err := readHello(c)
 	if err != nil {
-		zlog.Process.Warnf("refused a connection from %s: %v", remote, err)
+		ep.refusals.warn(zlog.Process, "refused a connection from %s: %v", remote, err)
 		c.Close()
 		return
 	}
@@ -141,7 +143,7 @@ func (ep *Endpoint) serve(c net.Conn) {
 	}
 	src := int(h.src)
 	if src <= m.cfg.Rank || src >= m.cfg.Size {
-		m.log.Warnf("refused a connection from %s claiming rank %d: invalid rank for this pair", remote, src)
+		ep.refusals.warn(m.log, "refused a connection from %s claiming rank %d: invalid rank for this pair", remote, src)
 		writeStatus(c, statusRefused, 0)
 		c.Close()
 		return
@@ -162,7 +164,7 @@ func (ep *Endpoint) serve(c net.Conn) {
 		sc, err = m.secure(c, s, false)
 	}
 	if err != nil {
-		m.log.Warnf("refused a connection from %s claiming to be rank %d: %v", remote, src, err)
+		ep.refusals.warn(m.log, "refused a connection from %s claiming to be rank %d: %v", remote, src, err)
 		var mm *setupError
 		if errors.As(err, &mm) {
 			// not authenticated: noted for the ops that wait for this

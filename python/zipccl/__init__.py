@@ -22,9 +22,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .hosts import host_groups, topology
+
 __version__ = "0.1.0"
 
-__all__ = ["Options", "__version__", "codec", "info", "library_path", "stats"]
+__all__ = ["Options", "__version__", "codec", "host_groups", "info", "library_path", "stats", "topology"]
 
 BACKEND_NAME = "zipccl"
 

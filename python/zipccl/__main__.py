@@ -110,6 +110,9 @@ def format_info(data: dict[str, Any], package_version: str, torch_version: str) 
     else:
         text = "not found" + (f" ({nccl['error']})" if nccl.get("error") else "")
     lines.append(f"NCCL     {text}")
+    if data.get("host_id"):
+        # what zipccl.topology() groups ranks by
+        lines.append(f"Host     {data['host_id']} (machine and network namespace)")
     return "\n".join(lines)
 
 

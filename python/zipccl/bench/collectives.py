@@ -19,7 +19,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ..netharness import TCP_CC_HELP, LinkSpec, Network, NetworkError, RanksFailed, check_links, launch_ranks
+from ..netharness import (TCP_CC_HELP, HostLayout, LinkSpec, Network, NetworkError, RanksFailed, add_layout_arguments,
+                          check_links, launch_ranks)
 from ..netharness.linktrace import LinkTrace
 from ..netharness.topology import IFNAME
 from . import report
@@ -28,6 +29,7 @@ from .specs import canonical_dtype, format_bytes, parse_backend, parse_ops, pars
 from .worker import EVENT_PREFIX
 
 DEFAULT_RESULTS_DIR = os.path.join("benchmarks", "results")
+DEFAULT_WORLD_SIZE = 4
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -39,10 +41,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the tensors live (default cpu); cuda puts every rank's on GPU rank mod "
                         "the GPU count, so ranks share GPUs when there are fewer GPUs than ranks")
-    p.add_argument("--world-size", "-n", type=int, default=4, help="ranks (default 4)")
+    add_layout_arguments(p, DEFAULT_WORLD_SIZE)
     p.add_argument("--link-rate", default=None,
-                   help="per-rank link rate, e.g. 1gbit, 10gbit, 25gbit (default: unshaped)")
-    p.add_argument("--delay", default=None, help="one-way rank-to-rank delay, e.g. 100us, 1ms (default 0)")
+                   help="per-host link rate (each host's NIC), e.g. 1gbit, 10gbit, 25gbit (default: unshaped)")
+    p.add_argument("--delay", default=None, help="one-way host-to-host delay, e.g. 100us, 1ms (default 0)")
     p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--no-netns", action="store_true", help="run on loopback, unshaped, without namespaces")
     p.add_argument("--ops", default="all", help="comma list of all_gather, all_reduce, reduce_scatter, all_to_all, "
@@ -69,7 +71,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, help="PNG path (default: the CSV's path with .png)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--link-trace", default=None, metavar="PATH",
-                   help="write every link's byte counters, sampled every 2 ms, to this CSV (shaped links only); "
+                   help="write every host link's byte counters, sampled every 2 ms, to this CSV (shaped links only); "
                         "python -m zipccl.netharness.linktrace PATH --rate RATE summarises it")
     p.add_argument("--link-check", choices=("auto", "on", "off"), default="auto",
                    help="measure the shaped rate with TCP first (auto: when shaped)")
@@ -80,14 +82,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", "-v", action="store_true", help="show every rank's output")
 
 
+def _layout(args: argparse.Namespace) -> HostLayout:
+    layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE)
+    if layout.world_size < 2:
+        raise ValueError("a benchmark needs at least 2 ranks (--world-size, or --hosts x --ranks-per-host)")
+    return layout
+
+
 def _config(args: argparse.Namespace) -> dict[str, Any]:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or len(set(backends)) != len(backends):
         raise ValueError("--backends needs distinct names, e.g. gloo,zipccl")
     for b in backends:
         parse_backend(b)
-    if args.world_size < 2:
-        raise ValueError("--world-size must be at least 2")
     return {
         "backends": backends,
         "ops": parse_ops(args.ops),
@@ -159,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        layout = _layout(args)
         cfg = _config(args)
         link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
     except ValueError as exc:
@@ -177,19 +185,21 @@ def _run(args: argparse.Namespace) -> int:
     total = len(cfg["ops"]) * len(cfg["sizes"]) * len(cfg["dtypes"])
     load_before = _load()
     started = time.monotonic()
-    with Network(args.world_size, link, use_netns=not args.no_netns) as net:
+    with Network(layout.world_size, link, use_netns=not args.no_netns, ranks_per_host=layout.ranks_per_host) as net:
         link_text = net.describe()
         print(f"network: {link_text}")
         if net.removed_stale:
             print(f"network: removed leftovers of crashed runs: {', '.join(net.removed_stale)}")
-        if net.mode == "netns":
+        if net.nic_per_rank:  # a shared NIC would count a host's ranks together: nominal bytes then
             env["ZIPCCL_BENCH_NIC"] = IFNAME
         link_checks = []
-        if args.link_check == "on" or (args.link_check == "auto" and net.mode == "netns" and link.rate_bps):
+        # A host's link only carries traffic to other hosts: one host has none to check.
+        if net.hosts >= 2 and (args.link_check == "on" or
+                               (args.link_check == "auto" and net.mode == "netns" and link.rate_bps)):
             link_checks = check_links(net, seconds=1.5, quick=True)
             for c in link_checks:
                 print(f"link check: {c.describe()}")
-        print(f"backends {', '.join(cfg['backends'])}; {args.world_size} ranks; ops {', '.join(cfg['ops'])}; "
+        print(f"backends {', '.join(cfg['backends'])}; {layout.describe()}; ops {', '.join(cfg['ops'])}; "
               f"{', '.join(cfg['dtypes'])} on {cfg['device']}; "
               f"{format_bytes(cfg['sizes'][0])}..{format_bytes(cfg['sizes'][-1])}; "
               f"{cfg['data']} data; {'not ' if args.no_pin else ''}pinned; load average {load_before}")
@@ -224,12 +234,15 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             bar.close()
     link_label = link.describe() if net.mode == "netns" else "loopback"
-    rows = report.finish_rows(raw_rows, args.world_size, link_label, cfg["data"])
+    rows = report.finish_rows(raw_rows, layout, link_label, cfg["data"])
     print(report.format_table(rows, cfg["backends"]))
     report.write_csv(rows, csv_path)
     meta.update(
         command=_command_line(),
         network=link_text,
+        world_size=layout.world_size,
+        hosts=layout.hosts,
+        ranks_per_host=layout.ranks_per_host,
         link_checks=[c.describe() for c in link_checks],
         load_before=load_before,
         load_after=_load(),
@@ -249,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"link trace: {args.link_trace} (python -m zipccl.netharness.linktrace {shlex.quote(args.link_trace)} "
               f"--rate {shlex.quote(args.link_rate or 'RATE')})")
     if plot_path:
-        title = f"{args.world_size} ranks, {link_label}, {cfg['data']} data"
+        title = f"{layout.describe()}, {link_label}, {cfg['data']} data"
         try:
             report.plot(rows, plot_path, title)
             print(f"plot: {plot_path}")

@@ -10,30 +10,33 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..netharness.layout import HostLayout
 from .specs import OPS, format_bytes
 
 CSV_COLUMNS = [
-    "backend", "device", "op", "dtype", "bytes", "count", "redop", "world_size", "link", "data",
-    "time_us", "algbw_gbps", "busbw_gbps", "wire_bytes", "wire_source", "ratio",
+    "backend", "device", "op", "dtype", "bytes", "count", "redop", "world_size", "hosts", "ranks_per_host", "link",
+    "data", "time_us", "algbw_gbps", "busbw_gbps", "wire_bytes", "wire_source", "ratio",
     "nominal_wire_bytes", "nic_bytes", "speedup", "check", "maxdiff", "choice", "codec_us", "iters", "rounds_us",
     "splits",
 ]
 
 
-def finish_rows(raw_rows: Iterable[dict[str, Any]], world_size: int, link: str, data: str) -> list[dict[str, Any]]:
-    """Adds bandwidths, wire bytes, ratio and speedup.
+def finish_rows(raw_rows: Iterable[dict[str, Any]], layout: HostLayout, link: str,
+                data: str) -> list[dict[str, Any]]:
+    """Adds the layout, bandwidths, wire bytes, ratio and speedup.
 
     algbw/busbw are in GB/s (1e9 bytes/s), as nccl-tests prints them.
     wire_bytes is the total over all ranks per call: zipccl's own count of
     payload bytes it sent (wire_source "zipccl stats"); for other backends,
     which count nothing, what the ranks' NICs sent when each rank has its
-    own (source "nic", headers included, so about 0.1% high), else the
+    own host (source "nic", headers included, so about 0.1% high), else the
     nominal bytes of a bandwidth-optimal uncompressed algorithm ("nominal").
     ratio is nominal / wire_bytes: 1.0 for uncompressed bandwidth-optimal
     traffic, above 1 when compression saves bytes, below 1 when an algorithm
     sends more than the optimum (a direct exchange for small buffers, or
     gloo's reduce_scatter, which is an all_reduce).
     """
+    world_size = layout.world_size
     rows = []
     for raw in raw_rows:
         spec = OPS[raw["op"]]
@@ -50,6 +53,8 @@ def finish_rows(raw_rows: Iterable[dict[str, Any]], world_size: int, link: str, 
         row = dict(raw)
         row.update(
             world_size=world_size,
+            hosts=layout.hosts,
+            ranks_per_host=layout.ranks_per_host,
             link=link,
             data=data,
             algbw_gbps=algbw,
@@ -91,6 +96,9 @@ def read_csv(path: str) -> list[dict[str, Any]]:
     for row in rows:
         for key in ("bytes", "count", "world_size"):
             row[key] = int(row[key])
+        # CSVs written before hosts had several ranks: one rank per host.
+        row["ranks_per_host"] = int(row.get("ranks_per_host") or 1)
+        row["hosts"] = int(row.get("hosts") or row["world_size"] // row["ranks_per_host"])
         for key in ("time_us", "algbw_gbps", "busbw_gbps", "ratio"):
             row[key] = float(row[key])
     return rows

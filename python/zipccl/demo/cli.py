@@ -19,7 +19,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ..netharness import IFNAME, TCP_CC_HELP, LinkSpec, Network, NetworkError, RanksFailed, launch_ranks
+from ..netharness import (IFNAME, TCP_CC_HELP, HostLayout, LinkSpec, Network, NetworkError, RanksFailed,
+                          add_layout_arguments, launch_ranks)
 from . import report
 from .train import EVENT_PREFIX
 
@@ -32,11 +33,13 @@ LAUNCHES = [
     ({"gloo": "gloo", "zipccl": "zipccl"}, {}),
     ({"zipccl-off": "zipccl"}, {"ZIPCCL_COMPRESS": "never"}),
 ]
+DEFAULT_WORLD_SIZE = 4
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--world-size", "-n", type=int, default=4, help="ranks (default 4)")
-    p.add_argument("--link-rate", default="1gbit", help="per-rank link rate when root (default 1gbit)")
+    add_layout_arguments(p, DEFAULT_WORLD_SIZE)
+    p.add_argument("--link-rate", default="1gbit",
+                   help="per-host link rate (each host's NIC) when root (default 1gbit)")
     p.add_argument("--delay", default=None, help="one-way delay, e.g. 100us")
     p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--no-netns", action="store_true", help="loopback, unshaped")
@@ -79,7 +82,7 @@ def _launch(net: Network, runs: dict[str, str], extra: dict[str, str], args: arg
     env = dict(extra)
     if "zipccl" in runs and args.compress:
         env["ZIPCCL_COMPRESS"] = args.compress
-    if net.mode == "netns":
+    if net.nic_per_rank:  # a shared NIC would count a host's ranks together
         env["ZIPCCL_BENCH_NIC"] = IFNAME
     summaries: dict[str, dict[str, dict[str, Any]]] = {key: {} for key in runs}
 
@@ -125,13 +128,14 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     started = time.monotonic()
     try:
+        layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE)
         link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
     except ValueError as exc:
         print(f"zipccl demo: {exc}", file=sys.stderr)
         return 2
     runs: dict[str, dict[str, dict[str, Any]]] = {}
-    with Network(args.world_size, link, use_netns=not args.no_netns) as net:
-        print(f"zipccl demo: a byte-level GPT on {args.world_size} ranks, {args.steps} steps per run, "
+    with Network(layout.world_size, link, use_netns=not args.no_netns, ranks_per_host=layout.ranks_per_host) as net:
+        print(f"zipccl demo: a byte-level GPT on {layout.describe()}, {args.steps} steps per run, "
               f"{' then '.join(report.MODE_NAMES[m] for m in modes)}")
         print(f"network: {net.describe()}")
         if net.mode != "netns":
@@ -148,10 +152,11 @@ def _run(args: argparse.Namespace) -> int:
     print(report.table(runs, labels, modes))
     print("step ms: median over steps 3.. of the mean over ranks; vs gloo: gloo's step time / this one's")
     print("(†: a separate launch, so its time is not side by side with gloo's and is noisier)")
-    if net.mode == "netns":
+    if net.nic_per_rank:
         print("wire MB/step: what all ranks' NICs sent per step, headers included")
     else:
-        print("wire MB/step*: zipccl's own payload count (loopback has no per-rank NIC); gloo: n/a")
+        print("wire MB/step*: zipccl's own payload count (no NIC of each rank's own: loopback, or ranks sharing "
+              "a host); gloo: n/a")
     print("ratio: bytes with compression off / bytes of this run")
     for mode in modes:
         choices = runs.get("zipccl", {}).get(mode, {}).get("zipccl_choices")
@@ -167,12 +172,13 @@ def _run(args: argparse.Namespace) -> int:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     png = os.path.join(args.out, f"demo-{stamp}.png")
     try:
-        report.plot(runs, labels, modes, png, f"{args.world_size} ranks, {network}")
+        report.plot(runs, labels, modes, png, f"{layout.describe()}, {network}")
     except ImportError:
         png = "skipped, matplotlib is not installed (pip install matplotlib)"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"demo-{stamp}.json"), "w") as f:
-        json.dump({"command": shlex.join(sys.argv), "network": network, "runs": runs,
+        json.dump({"command": shlex.join(sys.argv), "network": network, "world_size": layout.world_size,
+                   "hosts": layout.hosts, "ranks_per_host": layout.ranks_per_host, "runs": runs,
                    "checks": [c.__dict__ for c in verdicts]}, f)
     print(f"\nplot: {png}")
     print(f"total {time.monotonic() - started:.0f} s")

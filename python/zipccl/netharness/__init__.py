@@ -6,11 +6,14 @@
         print(net.describe())          # netns + tc when root, else loopback
         launch_ranks(net, ["-m", "zipccl.bench.worker", ...])
 
+    Network(4, link, ranks_per_host=2)  # 2 hosts of 2 ranks sharing a NIC
+
 Nothing in this subpackage uses torch; the rate check's socket script runs
 by path, so it starts in milliseconds inside a namespace.
 """
 
 from .launch import RankResult, RanksFailed, cpu_plan, launch_ranks
+from .layout import HostLayout, add_layout_arguments
 from .ratecheck import RateCheck, check_links, round_trip
 from .shaping import (DEFAULT_TCP_CC, TCP_CC_HELP, LinkSpec, format_rate, parse_delay, parse_rate, parse_tcp_cc,
                       tc_commands)
@@ -18,6 +21,7 @@ from .topology import IFNAME, Network, NetworkError, cleanup_stale, netns_unavai
 
 __all__ = [
     "DEFAULT_TCP_CC",
+    "HostLayout",
     "IFNAME",
     "LinkSpec",
     "Network",
@@ -26,6 +30,7 @@ __all__ = [
     "RanksFailed",
     "RateCheck",
     "TCP_CC_HELP",
+    "add_layout_arguments",
     "check_links",
     "cleanup_stale",
     "cpu_plan",

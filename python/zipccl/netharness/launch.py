@@ -1,12 +1,14 @@
-"""Starts one process per rank inside its namespace and collects its output.
+"""Starts one process per rank inside its host's namespace and collects its
+output.
 
 Why not torchrun: torchrun starts every rank in its own network namespace
 only if we wrap it, and its agent adds a process per rank, which a 2-core
 machine feels. Here each rank is ``[ip netns exec NS] taskset -c CPU python3
--m MODULE ...`` with the torch.distributed environment set, pinned to CPUs,
-with GOMAXPROCS and the torch thread count matched to the CPUs it got, so
-four ranks on two cores time-share fairly instead of each running eight
-threads.
+-m MODULE ...`` with the torch.distributed environment set (LOCAL_RANK,
+GROUP_RANK and the rest as torchrun sets them, from the network's hosts),
+pinned to CPUs, with GOMAXPROCS and the torch thread count matched to the
+CPUs it got, so four ranks on two cores time-share fairly instead of each
+running eight threads.
 """
 
 from __future__ import annotations
@@ -93,9 +95,7 @@ def launch_ranks(
             rank_env.update(net.rank_env(rank))
             rank_env.update(
                 RANK=str(rank),
-                LOCAL_RANK=str(rank),
                 WORLD_SIZE=str(net.world_size),
-                LOCAL_WORLD_SIZE=str(net.world_size),
                 MASTER_PORT=str(master_port),
                 PYTHONUNBUFFERED="1",
             )

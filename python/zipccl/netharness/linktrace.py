@@ -1,14 +1,14 @@
 """What each shaped link carried, every few milliseconds, and where it idled.
 
 A benchmark's time per call says how long a collective took, not why. This
-samples the byte counters of every rank's link while ranks run (cheap sysfs
-reads from one thread of the launcher, which is in the root namespace), and
-splits the trace into busy periods (one per timed call when calls are
-apart), each summarised as:
+samples the byte counters of every host's link (its NIC: one per rank unless
+hosts have several ranks) while ranks run (cheap sysfs reads from one thread
+of the launcher, which is in the root namespace), and splits the trace into
+busy periods (one per timed call when calls are apart), each summarised as:
 
-* ``head_ms``: from the first link's start until every rank sends at more
+* ``head_ms``: from the first link's start until every host sends at more
   than half the link rate (ranks starting at different times);
-* ``tail_ms``: from the last moment every rank sent at more than half the
+* ``tail_ms``: from the last moment every host sent at more than half the
   rate to the period's end (some links idle while others finish);
 * ``mid_util``: the mean uplink use in between, as a share of the link rate.
 
@@ -33,17 +33,17 @@ from .topology import Network
 
 
 class LinkTrace:
-    """Samples, every ``interval_s``, the bytes each rank has sent (its
+    """Samples, every ``interval_s``, the bytes each host has sent (its
     uplink: what the bridge-side veth end received) and received, and writes
-    them to ``path`` as CSV on exit: ``t_s``, then ``up<r>``, ``down<r>``
-    per rank, cumulative bytes. On loopback there are no links, and nothing
+    them to ``path`` as CSV on exit: ``t_s``, then ``up<h>``, ``down<h>``
+    per host, cumulative bytes. On loopback there are no links, and nothing
     is written."""
 
     def __init__(self, net: Network, path: str, interval_s: float = 0.002):
         self.path = path
         self.interval_s = interval_s
         self.rows: list[list[float]] = []
-        self._devs = [net.host_end(r) for r in range(net.world_size)]
+        self._devs = [net.host_end_of_host(h) for h in range(net.hosts)]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -70,7 +70,7 @@ class LinkTrace:
         try:
             for dev in self._devs:
                 base = f"/sys/class/net/{dev}/statistics"
-                # rx of the bridge-side end is what the rank sent
+                # rx of the bridge-side end is what the host sent
                 files.append((open(os.path.join(base, "rx_bytes")), open(os.path.join(base, "tx_bytes"))))
             t0 = time.monotonic()
             while not self._stop.is_set():
@@ -90,15 +90,16 @@ class LinkTrace:
 
     def write(self) -> None:
         n = len(self._devs)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with open(self.path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["t_s"] + [f"{d}{r}" for r in range(n) for d in ("up", "down")])
+            w.writerow(["t_s"] + [f"{d}{h}" for h in range(n) for d in ("up", "down")])
             for row in self.rows:
                 w.writerow([f"{row[0]:.6f}"] + [str(int(v)) for v in row[1:]])
 
 
 def read_trace(path: str) -> tuple[list[float], list[list[int]]]:
-    """Times and, per rank, cumulative uplink bytes."""
+    """Times and, per host, cumulative uplink bytes."""
     with open(path, newline="") as f:
         r = csv.reader(f)
         head = next(r)
@@ -116,19 +117,19 @@ def read_trace(path: str) -> tuple[list[float], list[list[int]]]:
 class BusyPeriod:
     start_s: float
     ms: float
-    mb_per_rank: float  # mean over ranks, 1e6 bytes
+    mb_per_link: float  # mean over the hosts' links, 1e6 bytes
     head_ms: float
     tail_ms: float
     mid_util: float
 
     def describe(self) -> str:
-        return (f"{self.start_s:8.3f} s  {self.ms:6.0f} ms  {self.mb_per_rank:6.1f} MB per rank  "
+        return (f"{self.start_s:8.3f} s  {self.ms:6.0f} ms  {self.mb_per_link:6.1f} MB per link  "
                 f"head {self.head_ms:3.0f} ms  tail {self.tail_ms:3.0f} ms  mid use {self.mid_util:.3f}")
 
 
 def busy_periods(ts: Sequence[float], up: Sequence[Sequence[int]], rate_bps: float,
                  bin_s: float = 0.005, min_ms: float = 50.0) -> list[BusyPeriod]:
-    """Splits a trace into periods in which some rank sends (more than 5% of
+    """Splits a trace into periods in which some host sends (more than 5% of
     the link rate per bin) and summarises each (see the module doc)."""
     if not ts or not up:
         return []
@@ -172,7 +173,7 @@ def _summarise(start_s: float, sel: list[list[float]], bin_s: float, full: float
     return BusyPeriod(
         start_s=start_s,
         ms=len(sel) * bin_s * 1000,
-        mb_per_rank=sum(sum(b) for b in sel) * full / n / 1e6,
+        mb_per_link=sum(sum(b) for b in sel) * full / n / 1e6,
         head_ms=lo * bin_s * 1000,
         tail_ms=(len(sel) - 1 - hi) * bin_s * 1000,
         mid_util=sum(sum(b) for b in mid) / (n * len(mid)),

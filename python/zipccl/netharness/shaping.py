@@ -1,13 +1,14 @@
 """Link rates and the tc commands that enforce them.
 
-A rank's link is shaped on the egress side of both ends of its veth pair: the
-end inside the rank's namespace limits what the rank sends (its uplink) and
-the end on the bridge limits what it receives (its downlink). That is a
+A host's link (its NIC; a host is one rank unless told otherwise) is shaped
+on the egress side of both ends of its veth pair: the end inside the host's
+namespace limits what it sends (its uplink) and the end on the bridge limits
+what it receives (its downlink). That is a
 full-duplex NIC of the given rate on a non-blocking switch, which is what a
 rack of training hosts looks like to the collectives.
 
 Each end gets a token bucket (tbf) as root qdisc; a one-way delay, when asked
-for, is a netem child of the bucket, half on each end, so two ranks see
+for, is a netem child of the bucket, half on each end, so two hosts see
 ``delay`` one way and ``2 * delay`` round trip.
 
 The ranks' traffic uses one TCP congestion control, set on each namespace's
@@ -84,8 +85,8 @@ def parse_tcp_cc(text: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class LinkSpec:
-    """What every rank's link looks like: rate in bit/s (None: unshaped),
-    one-way rank-to-rank delay in seconds, and the TCP congestion control of
+    """What every host's link looks like: rate in bit/s (None: unshaped),
+    one-way host-to-host delay in seconds, and the TCP congestion control of
     the ranks' traffic (None: the namespace's default)."""
 
     rate_bps: int | None = None

@@ -1,16 +1,20 @@
-"""N ranks in N network namespaces on one bridge, or loopback without root.
+"""Hosts of ranks in network namespaces on one bridge, or loopback without
+root.
 
 Why namespaces: on loopback every rank shares one 64 KiB-MTU device that
 moves tens of Gbit/s, so a compressed collective can never show what it saves
-on a real link. Here each rank gets its own stack and its own veth to a
-bridge, and tc limits each veth end (see shaping.py), so bytes really queue
-behind a rate-limited link.
+on a real link. Here each host (one rank, unless ``ranks_per_host`` says
+more; see layout.py) gets its own stack and its own veth to a bridge, its
+NIC, and tc limits each veth end (see shaping.py), so bytes really queue
+behind a rate-limited link. The ranks of one host share its namespace: they
+share its NIC and reach each other over loopback, as on a real host.
 
 Everything is named after this process and a random tag
-(``zipccl-<pid>-<tag>-r<i>`` namespaces, ``zc<tag>...`` links whose alias
-records the pid), so parallel runs never collide and a later run can find and
-delete what a crashed one left behind. Teardown runs on normal exit,
-exceptions, Ctrl-C and SIGTERM/SIGHUP.
+(``zipccl-<pid>-<tag>-r<i>`` namespaces, named after the ranks they hold,
+``r<i>-<j>`` for several; ``zc<tag>...`` links whose alias records the pid),
+so parallel runs never collide and a later run can find and delete what a
+crashed one left behind. Teardown runs on normal exit, exceptions, Ctrl-C
+and SIGTERM/SIGHUP.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ import time
 from types import FrameType, TracebackType
 from typing import Any
 
+from .layout import HostLayout
 from .shaping import LinkSpec, tc_commands
 
-IFNAME = "zceth0"  # the rank's interface name inside every namespace
-SUBNET = "10.77.0"  # rank i is SUBNET.(i+1)/24; namespaces are isolated
+IFNAME = "zceth0"  # the host's interface name inside every namespace
+SUBNET = "10.77.0"  # host h is SUBNET.(h+1)/24; namespaces are isolated
 ALIAS_PREFIX = "zipccl-netharness pid="
-_NS_RE = re.compile(r"^zipccl-(\d+)-([0-9a-f]{6})-r\d+$")
+_NS_RE = re.compile(r"^zipccl-(\d+)-([0-9a-f]{6})-r\d+(-\d+)?$")
 
 
 class NetworkError(RuntimeError):
@@ -52,6 +57,10 @@ def _available_tcp_cc() -> str:
             return f.read().strip()
     except OSError:
         return "unknown"
+
+
+def _host_ip(host: int) -> str:
+    return f"{SUBNET}.{host + 1}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -119,16 +128,20 @@ def _kill_netns_pids(ns: str) -> None:
 class Network:
     """The ranks' network, as a context manager.
 
-    ``Network(4, LinkSpec.parse("1gbit"))`` builds four shaped namespaces
-    when it may and loopback when it may not (not root, no iproute2: ``mode``
-    says which and ``reason`` why); ``use_netns=False`` asks for loopback.
+    ``Network(4, LinkSpec.parse("1gbit"))`` builds four shaped namespaces,
+    one rank each, when it may and loopback when it may not (not root, no
+    iproute2: ``mode`` says which and ``reason`` why); ``use_netns=False``
+    asks for loopback. ``ranks_per_host=2`` makes it two hosts (namespaces,
+    shaped NICs) of two ranks each; loopback only records that layout.
     Failing to build what root may build raises NetworkError.
     """
 
-    def __init__(self, world_size: int, link: LinkSpec = LinkSpec(), use_netns: bool = True):
-        if world_size < 1:
-            raise ValueError("world_size must be at least 1")
+    def __init__(self, world_size: int, link: LinkSpec = LinkSpec(), use_netns: bool = True,
+                 ranks_per_host: int = 1):
+        self.layout = HostLayout.of(world_size, ranks_per_host)
         self.world_size = world_size
+        self.hosts = self.layout.hosts
+        self.ranks_per_host = ranks_per_host
         self.link = link
         self.tag = secrets.token_hex(3)
         self.mode = "loopback"
@@ -139,46 +152,85 @@ class Network:
         self._old_handlers: dict[int, Any] = {}
         self.removed_stale: list[str] = []
 
-    # -- names and per-rank settings ---------------------------------------
+    # -- names and per-host settings; a rank has its host's ----------------
+
+    def host_of(self, rank: int) -> int:
+        return self.layout.host_of(rank)
+
+    def host_namespace(self, host: int) -> str:
+        ranks = self.layout.ranks_of(host)
+        held = f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
+        return f"zipccl-{os.getpid()}-{self.tag}-r{held}"
+
+    def host_address(self, host: int) -> str:
+        return _host_ip(host) if self.mode == "netns" else "127.0.0.1"
+
+    def host_end_of_host(self, host: int) -> str | None:
+        """The bridge-side end of host's veth (its NIC), in this (the root)
+        namespace: what it transmits the host receives, and the reverse.
+        None on loopback."""
+        return self._veth(host)[0] if self.mode == "netns" else None
+
+    def host_command_prefix(self, host: int) -> list[str]:
+        """What runs a command inside host's namespace (nothing on loopback)."""
+        return ["ip", "netns", "exec", self.host_namespace(host)] if self.mode == "netns" else []
 
     def namespace(self, rank: int) -> str:
-        return f"zipccl-{os.getpid()}-{self.tag}-r{rank}"
+        return self.host_namespace(self.host_of(rank))
 
     def address(self, rank: int) -> str:
-        return f"{SUBNET}.{rank + 1}" if self.mode == "netns" else "127.0.0.1"
+        return self.host_address(self.host_of(rank))
+
+    def host_end(self, rank: int) -> str | None:
+        """The bridge-side end of the veth of rank's host (see
+        host_end_of_host)."""
+        return self.host_end_of_host(self.host_of(rank))
+
+    def command_prefix(self, rank: int) -> list[str]:
+        return self.host_command_prefix(self.host_of(rank))
 
     @property
     def ifname(self) -> str:
         return IFNAME if self.mode == "netns" else "lo"
 
-    def host_end(self, rank: int) -> str | None:
-        """The bridge-side end of rank's veth, in this (the root) namespace:
-        what it transmits the rank receives, and the reverse. None on
-        loopback."""
-        return self._veth(rank)[0] if self.mode == "netns" else None
+    @property
+    def nic_per_rank(self) -> bool:
+        """True when every rank has a NIC of its own, so its counters count
+        that rank's traffic alone (a shared NIC counts its host's ranks
+        together, and not what they send each other)."""
+        return self.mode == "netns" and self.ranks_per_host == 1
 
-    def _veth(self, rank: int) -> tuple[str, str]:
-        return f"zc{self.tag}h{rank}", f"zc{self.tag}n{rank}"
-
-    def command_prefix(self, rank: int) -> list[str]:
-        """What runs a command inside rank's namespace (nothing on loopback)."""
-        return ["ip", "netns", "exec", self.namespace(rank)] if self.mode == "netns" else []
+    def _veth(self, host: int) -> tuple[str, str]:
+        return f"zc{self.tag}h{host}", f"zc{self.tag}n{host}"
 
     def rank_env(self, rank: int) -> dict[str, str]:
-        """Interface and master address for a rank, for both backends."""
+        """Interface and master address for a rank, for both backends, and
+        its place on its host, as torchrun sets it."""
         return {
             "MASTER_ADDR": self.address(0),
             "ZIPCCL_SOCKET_IFNAME": self.ifname,
             "GLOO_SOCKET_IFNAME": self.ifname,
+            "LOCAL_RANK": str(self.layout.local_rank(rank)),
+            "LOCAL_WORLD_SIZE": str(self.ranks_per_host),
+            "GROUP_RANK": str(self.host_of(rank)),
         }
 
     def describe(self) -> str:
-        if self.mode == "netns":
+        if self.mode == "netns" and self.ranks_per_host == 1:
             return (
                 f"{self.world_size} network namespaces on a bridge, each link "
                 f"{self.link.describe()} (tc on both veth ends), {self.link.describe_tcp()}"
             )
-        return f"loopback, unshaped ({self.reason})"
+        if self.mode == "netns":
+            return (
+                f"{self.hosts} hosts of {self.ranks_per_host} ranks, each host's NIC {self.link.describe()} "
+                f"(a network namespace per host on a bridge, tc on both veth ends; a host's ranks share its NIC "
+                f"and reach each other over loopback), {self.link.describe_tcp()}"
+            )
+        text = f"loopback, unshaped ({self.reason})"
+        if self.ranks_per_host > 1:
+            text += f"; {self.hosts} hosts of {self.ranks_per_host} ranks, in name only"
+        return text
 
     # -- lifetime -----------------------------------------------------------
 
@@ -230,9 +282,9 @@ class Network:
         # Bridged frames must not detour through iptables (br_netfilter).
         _run(["ip", "link", "set", bridge, "type", "bridge", "nf_call_iptables", "0"], check=False)
         _run(["ip", "link", "set", bridge, "up"])
-        for rank in range(self.world_size):
-            ns = self.namespace(rank)
-            host_end, ns_end = self._veth(rank)
+        for host in range(self.hosts):
+            ns = self.host_namespace(host)
+            host_end, ns_end = self._veth(host)
             _run(["ip", "netns", "add", ns])
             self._namespaces.append(ns)
             _run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end])
@@ -240,7 +292,7 @@ class Network:
             _run(["ip", "link", "set", host_end, "alias", alias])
             _run(["ip", "link", "set", ns_end, "netns", ns])
             _run(["ip", "-n", ns, "link", "set", ns_end, "name", IFNAME])
-            _run(["ip", "-n", ns, "addr", "add", f"{SUBNET}.{rank + 1}/24", "dev", IFNAME])
+            _run(["ip", "-n", ns, "addr", "add", f"{_host_ip(host)}/24", "dev", IFNAME])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             _run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
             if self.link.tcp_cc:
@@ -266,7 +318,7 @@ class Network:
 
     def _wait_reachable(self, timeout_s: float = 10.0) -> None:
         """Bridge ports start in 'listening' for a moment; wait until every
-        rank's address answers from rank 0 (a TCP connect to a closed port is
+        host's address answers from host 0 (a TCP connect to a closed port is
         refused fast once the path works)."""
         probe = (
             "import socket,sys\n"
@@ -276,14 +328,15 @@ class Network:
             "except OSError: sys.exit(1)\n"
         )
         deadline = time.monotonic() + timeout_s
-        for rank in range(1, self.world_size):
+        # Not host_address(): mode says "netns" only once this has passed.
+        for host in range(1, self.hosts):
             while True:
-                rc = _run(["ip", "netns", "exec", self.namespace(0), sys.executable, "-c", probe,
-                           self.address(rank)], check=False).returncode
+                rc = _run(["ip", "netns", "exec", self.host_namespace(0), sys.executable, "-c", probe,
+                           _host_ip(host)], check=False).returncode
                 if rc == 0:
                     break
                 if time.monotonic() > deadline:
-                    raise NetworkError(f"rank {rank} ({self.address(rank)}) unreachable from rank 0")
+                    raise NetworkError(f"host {host} ({_host_ip(host)}) unreachable from host 0")
                 time.sleep(0.2)
 
     def teardown(self) -> None:
@@ -320,8 +373,9 @@ class Network:
 
 def nic_bytes(ifname: str = IFNAME) -> tuple[int, int] | None:
     """(tx_bytes, rx_bytes) of an interface as this process's namespace sees
-    it, or None. Called inside a rank, it counts what really crossed the
-    rank's link, headers included, for any backend."""
+    it, or None. Called inside a rank, it counts what really crossed its
+    host's link, headers included, for any backend (with several ranks per
+    host, theirs together)."""
     base = f"/sys/class/net/{ifname}/statistics"
     try:
         with open(f"{base}/tx_bytes") as tx, open(f"{base}/rx_bytes") as rx:

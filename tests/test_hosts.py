@@ -1,0 +1,112 @@
+"""Which ranks share a host: zipccl.topology() and zipccl.host_groups() on
+layouts given by ZIPCCL_HOST_ID (what a rank calls its host; without it a
+host is the machine and network namespace, which tests/test_netns.py covers
+with real namespaces)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import launch
+
+LAYOUT = r"""
+import datetime, json, os, torch, torch.distributed as dist, zipccl
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=30))
+rank = dist.get_rank()
+out = {"world": zipccl.topology()}
+sub = dist.new_group([1, 2, 3])
+out["sub"] = zipccl.topology(sub) if rank != 0 else None
+intra, inter = zipccl.host_groups()
+out["intra"] = dist.get_process_group_ranks(intra)
+out["inter"] = dist.get_process_group_ranks(inter)
+again = zipccl.host_groups()
+out["cached"] = again[0] is intra and again[1] is inter
+t = torch.ones(3) * (rank + 1)
+dist.all_reduce(t, group=intra)
+out["intra_sum"] = t[0].item()
+t = torch.ones(3) * (rank + 1)
+dist.all_reduce(t, group=inter)
+out["inter_sum"] = t[0].item()
+si, se = zipccl.host_groups(sub if rank != 0 else dist.GroupMember.NON_GROUP_MEMBER)
+out["sub_groups"] = [None if g is dist.GroupMember.NON_GROUP_MEMBER else dist.get_process_group_ranks(g) for g in (si, se)]
+print("RESULT", json.dumps(out), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _run(ids: list[str]) -> list[dict]:
+    res = launch(LAYOUT, len(ids), env={"ZIPCCL_DEBUG": "INFO"}, rank_env=lambda r: {"ZIPCCL_HOST_ID": ids[r]},
+                 timeout=120)
+    outs = []
+    for r in res:
+        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+        assert r.returncode == 0 and line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
+        outs.append(json.loads(line[0][7:]))
+    assert any("hosts: " in r.stderr for r in res), "ZIPCCL_DEBUG=INFO shows the hosts"
+    return outs
+
+
+@pytest.mark.parametrize(
+    "ids, world, sub, intra, inter",
+    [
+        # 2 hosts x 2 ranks
+        (["a", "a", "b", "b"], [[0, 1], [2, 3]], [[0], [1, 2]],
+         [[0, 1], [0, 1], [2, 3], [2, 3]], [[0, 2], [1, 3], [0, 2], [1, 3]]),
+        # unequal hosts (3 + 1), ranks interleaved by the launcher
+        (["a", "b", "a", "a"], [[0, 2, 3], [1]], [[0], [1, 2]],
+         [[0, 2, 3], [1], [0, 2, 3], [0, 2, 3]], [[0, 1], [0, 1], [2], [3]]),
+    ],
+)
+def test_topology_and_host_groups(ids, world, sub, intra, inter):
+    outs = _run(ids)
+    for rank, o in enumerate(outs):
+        assert o["world"] == world, (rank, o)
+        assert o["sub"] == (None if rank == 0 else sub), (rank, o)
+        assert o["intra"] == intra[rank] and o["inter"] == inter[rank], (rank, o)
+        assert o["cached"], "made once per group"
+        assert o["intra_sum"] == sum(r + 1 for r in intra[rank])
+        assert o["inter_sum"] == sum(r + 1 for r in inter[rank])
+    # the subgroup [1, 2, 3]: rank 0 is outside it and takes part in the
+    # creation without a subgroup of its own
+    assert outs[0]["sub_groups"] == [None, None]
+    sub_global = [[[1, 2, 3][r] for r in h] for h in sub]
+    for rank in (1, 2, 3):
+        host = next(h for h in sub_global if rank in h)
+        assert outs[rank]["sub_groups"][0] == host, (rank, outs[rank])
+        assert rank in outs[rank]["sub_groups"][1]
+
+
+def test_info_shows_the_host():
+    out = subprocess.run([sys.executable, "-m", "zipccl", "info"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Host     boot:" in out.stdout and "/netns:" in out.stdout, out.stdout
+
+
+HARNESS = r"""
+import datetime, json, torch, torch.distributed as dist, zipccl
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=30))
+print("RESULT", json.dumps(zipccl.topology()), flush=True)
+dist.barrier()  # rank 0 serves the Store: it must not leave first
+dist.destroy_process_group()
+"""
+
+
+def test_topology_of_harness_hosts():
+    """Without ZIPCCL_HOST_ID: 2 hosts of 2 ranks built by the harness (one
+    network namespace each, on one machine) are told apart by namespace."""
+    from zipccl.netharness import LinkSpec, Network
+    from zipccl.netharness.topology import netns_unavailable_reason
+
+    if why := netns_unavailable_reason():
+        pytest.skip(why)
+    with Network(4, LinkSpec(), ranks_per_host=2) as net:
+        res = launch(HARNESS, 4, rank_env=net.rank_env, prefix=net.command_prefix, timeout=120,
+                     master_addr=net.address(0))
+    for r in res:
+        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+        assert r.returncode == 0 and line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
+        assert json.loads(line[0][7:]) == [[0, 1], [2, 3]]
