@@ -59,3 +59,11 @@ def config_args(extra: list[str]) -> dict:
     p = argparse.ArgumentParser()
     collectives.configure(p)
     return collectives._config(p.parse_args(extra))
+
+
+def test_summarize_keeps_host_layouts_apart():
+    from zipccl.bench.summarize import layout
+
+    assert layout({"world_size": 4, "hosts": 4, "ranks_per_host": 1}) == "4"
+    assert layout({"world_size": 4, "hosts": 2, "ranks_per_host": 2}) == "2x2"
+    assert layout({"world_size": 4, "hosts": 4}) == "4"  # a CSV from before hosts

@@ -32,6 +32,13 @@ dist.all_reduce(t, group=inter)
 out["inter_sum"] = t[0].item()
 si, se = zipccl.host_groups(sub if rank != 0 else dist.GroupMember.NON_GROUP_MEMBER)
 out["sub_groups"] = [None if g is dist.GroupMember.NON_GROUP_MEMBER else dist.get_process_group_ranks(g) for g in (si, se)]
+try:
+    mesh = zipccl.host_mesh()
+    out["mesh"] = mesh.mesh.tolist()
+    out["mesh_local"] = dist.get_process_group_ranks(mesh.get_group("local"))
+    out["mesh_host"] = dist.get_process_group_ranks(mesh.get_group("host"))
+except ValueError as e:
+    out["mesh"] = str(e)
 print("RESULT", json.dumps(out), flush=True)
 dist.barrier()
 dist.destroy_process_group()
@@ -70,6 +77,10 @@ def test_topology_and_host_groups(ids, world, sub, intra, inter):
         assert o["cached"], "made once per group"
         assert o["intra_sum"] == sum(r + 1 for r in intra[rank])
         assert o["inter_sum"] == sum(r + 1 for r in inter[rank])
+        if len({len(h) for h in world}) == 1:
+            assert o["mesh"] == world and o["mesh_local"] == intra[rank] and o["mesh_host"] == inter[rank], o
+        else:
+            assert "different numbers of ranks" in o["mesh"], o
     # the subgroup [1, 2, 3]: rank 0 is outside it and takes part in the
     # creation without a subgroup of its own
     assert outs[0]["sub_groups"] == [None, None]

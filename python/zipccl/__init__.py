@@ -22,11 +22,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .hosts import host_groups, topology
+from .hosts import host_groups, host_mesh, topology
 
 __version__ = "0.1.0"
 
-__all__ = ["Options", "__version__", "codec", "host_groups", "info", "library_path", "stats", "topology"]
+__all__ = ["Options", "__version__", "codec", "host_groups", "host_mesh", "info", "library_path", "stats", "topology"]
 
 BACKEND_NAME = "zipccl"
 

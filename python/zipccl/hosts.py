@@ -72,3 +72,18 @@ def _make(hosts: list[list[int]], backend: str) -> tuple[Any, Any]:
         if dist.get_rank() in ranks:
             mine[kind] = g
     return mine[0], mine[1]
+
+
+def host_mesh(device_type: str = "cpu") -> Any:
+    """A 2-D ``DeviceMesh`` of the default group, dimensions ``("host",
+    "local")``: row h is host h's ranks. FSDP2 shards over ``"local"`` and
+    replicates over ``"host"`` (HSDP), so parameter all-gathers stay inside
+    a host. Collective over the default group; the hosts must hold equal
+    numbers of ranks (a mesh is a rectangle)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    hosts = topology(None)
+    if len({len(h) for h in hosts}) != 1:
+        raise ValueError(f"zipccl.host_mesh: the hosts hold different numbers of ranks ({hosts}); "
+                         "a device mesh needs equal hosts")
+    return DeviceMesh(device_type, hosts, mesh_dim_names=("host", "local"))

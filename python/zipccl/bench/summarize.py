@@ -5,7 +5,7 @@
     python -m zipccl.bench.summarize --modes run.csv                       # gloo, zipccl, zipccl:never
 
 Several CSVs of the same command are repeats: each (backend, op, dtype,
-size, world size) gets the median of their times, so one noisy sweep (a
+size, ranks: "4", or "2x2" for 2 hosts of 2 ranks) gets the median of their times, so one noisy sweep (a
 neighbour compiling during it) does not decide a row. Times are per call,
 slowest rank, median over the alternating rounds of each run.
 """
@@ -22,7 +22,14 @@ from typing import Any
 from .report import read_csv
 from .specs import format_bytes
 
-Key = tuple[str, str, int, int]  # op, dtype, world size, bytes
+Key = tuple[str, str, str, int]  # op, dtype, ranks (layout), bytes
+
+
+def layout(row: dict[str, Any]) -> str:
+    """The ranks column: the world size, or hosts x ranks per host when
+    hosts hold several ranks (a 2x2 run is no repeat of a 4x1 one)."""
+    per_host = int(row.get("ranks_per_host") or 1)
+    return f"{row['hosts']}x{per_host}" if per_host > 1 else str(row["world_size"])
 
 
 def merge(paths: Sequence[str]) -> dict[Key, dict[str, dict[str, Any]]]:
@@ -31,7 +38,7 @@ def merge(paths: Sequence[str]) -> dict[Key, dict[str, dict[str, Any]]]:
     cases: dict[Key, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for path in paths:
         for row in read_csv(path):
-            cases[(row["op"], row["dtype"], row["world_size"], row["bytes"])][row["backend"]].append(row)
+            cases[(row["op"], row["dtype"], layout(row), row["bytes"])][row["backend"]].append(row)
     out: dict[Key, dict[str, dict[str, Any]]] = {}
     for key, backends in cases.items():
         out[key] = {}
