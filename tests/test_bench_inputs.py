@@ -67,3 +67,14 @@ def test_summarize_keeps_host_layouts_apart():
     assert layout({"world_size": 4, "hosts": 4, "ranks_per_host": 1}) == "4"
     assert layout({"world_size": 4, "hosts": 2, "ranks_per_host": 2}) == "2x2"
     assert layout({"world_size": 4, "hosts": 4}) == "4"  # a CSV from before hosts
+
+
+def test_backend_entries():
+    from zipccl.bench.specs import BackendSpec, parse_backend
+
+    assert parse_backend("gloo") == BackendSpec("gloo")
+    assert parse_backend("zipccl:never@staged") == BackendSpec("zipccl", "never", "staged")
+    assert parse_backend("zipccl+flat+enc") == BackendSpec("zipccl", encrypt=True, flat=True)
+    for bad in ("gloo:never", "gloo+enc", "zipccl+zip", "zipccl+enc+enc", "zipccl:sometimes", "zipccl@gpu"):
+        with pytest.raises(ValueError, match="--backends"):
+            parse_backend(bad)

@@ -121,3 +121,55 @@ def test_topology_of_harness_hosts():
         line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
         assert r.returncode == 0 and line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
         assert json.loads(line[0][7:]) == [[0, 1], [2, 3]]
+
+
+NIC_BYTES = r"""
+import datetime, json, os, torch, torch.distributed as dist, zipccl
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
+rank = dist.get_rank()
+ifname = os.environ["ZIPCCL_SOCKET_IFNAME"]
+def tx():
+    with open(f"/sys/class/net/{ifname}/statistics/tx_bytes") as f:
+        return int(f.read())
+groups = {
+    "hier": dist.new_group(pg_options=zipccl.Options(compression="never")),
+    "flat": dist.new_group(pg_options=zipccl.Options(compression="never", extra={"hierarchy": "flat"})),
+}
+S = 4 << 20  # bytes per shard
+out = {}
+for name, g in groups.items():
+    shard = torch.full((S // 4,), float(rank))
+    parts = [torch.empty_like(shard) for _ in range(4)]
+    dist.all_gather(parts, shard, group=g)  # connects the pairs
+    dist.barrier(group=g)
+    before = tx()
+    dist.all_gather(parts, shard, group=g)
+    assert all(p[0].item() == j for j, p in enumerate(parts)), name
+    dist.barrier(group=g)
+    out[name] = tx() - before
+print("RESULT", json.dumps(out), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_hierarchical_all_gather_sends_the_minimum_across_hosts():
+    """2 hosts of 2 ranks: the hierarchical all_gather sends each host's
+    shards across once (M/2 per host NIC for an output of M), the flat ring
+    3/4 of M (interface counters inside each host's namespace)."""
+    from zipccl.netharness import LinkSpec, Network
+    from zipccl.netharness.topology import netns_unavailable_reason
+
+    if why := netns_unavailable_reason():
+        pytest.skip(why)
+    with Network(4, LinkSpec(), ranks_per_host=2) as net:
+        res = launch(NIC_BYTES, 4, rank_env=net.rank_env, prefix=net.command_prefix, timeout=180,
+                     master_addr=net.address(0))
+    shard = 4 << 20
+    for r in res:
+        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+        assert r.returncode == 0 and line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
+    for host_rank in (0, 2):  # one reading per host (its ranks share the NIC)
+        got = json.loads([x for x in res[host_rank].stdout.splitlines() if x.startswith("RESULT ")][0][7:])
+        assert 2 * shard <= got["hier"] < 2.1 * 2 * shard, got
+        assert got["flat"] >= 2.8 * shard, got

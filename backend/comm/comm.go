@@ -16,6 +16,7 @@ import (
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
+	"github.com/zipccl/zipccl/backend/zcoll"
 	"github.com/zipccl/zipccl/backend/zlog"
 )
 
@@ -74,6 +75,7 @@ type Comm struct {
 	gpuPath string        // the group option gpu_path: nccl, coded, staged, or "" (ZIPCCL_GPU_PATH)
 	monSeq  atomic.Uint64 // monitored barriers so far (their message keys)
 	layout  layout        // the group's hosts (layout.go)
+	flat    bool          // the group option hierarchy=flat (layout.go)
 }
 
 type task struct {
@@ -88,6 +90,7 @@ type task struct {
 	key      switcher.Key // under this key
 	dev      *devState    // a coded-path device op, once its inputs are ready
 	gpuCoded bool         // its payload was coded on the GPU
+	hosts    zcoll.Hosts  // the layout it runs hierarchically on (nil: flat)
 }
 
 // New creates the communicator. It publishes this rank's address (and, on
@@ -109,6 +112,9 @@ func New(cfg Config) (*Comm, error) {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
 	if c.gpuPath, err = gpu.ParsePath(cfg.Options["gpu_path"]); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
+	}
+	if c.flat, err = flatOption(cfg.Options); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
 	encrypt, err := encryption(cfg.Options)

@@ -533,7 +533,7 @@ func TestAutoAllToAllDecidesOnTheLastAgreedSize(t *testing.T) {
 func TestDescriptorNames(t *testing.T) {
 	a2a := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16, In: [][]byte{nil, make([]byte, 64)}, Out: [][]byte{nil, make([]byte, 8)}}
 	coded := switcher.Decision{Zcoll: true, Coded: true, Kind: codec.Zip3}
-	require.Equal(t, "all_to_all(bfloat16, compress=always, coded zip3)", describe(a2a, 0).withDecision(switcher.Always, coded).String())
+	require.Equal(t, "all_to_all(bfloat16, compress=always, coded zip3)", describe(a2a, 0).withDecision(switcher.Always, coded, false).String())
 	ar := &Op{Kind: opkind.AllReduce, DType: dtype.Float32, In: [][]byte{make([]byte, 4096)}, ReduceOp: reduce.Sum}
 	require.Equal(t, "all_reduce(float32, 1024 elements, SUM)", describe(ar, 0).String())
 }

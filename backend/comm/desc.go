@@ -20,8 +20,9 @@ import (
 //	1  dtype u8
 //	2  reduce op u8 (0xff when the op does not reduce)
 //	3  flags: bits 0-1 compression mode, bit 2 zcoll family, bit 3 coded
-//	   payloads, bits 4-5 codec kind (the switcher's decision, so that
-//	   ranks configured differently fail with a mismatch, not a hang)
+//	   payloads, bits 4-5 codec kind (the switcher's decision), bit 6
+//	   hierarchical (so that ranks configured differently fail with a
+//	   mismatch, not a hang)
 //	4  root i32 (-1 when the op has no root)
 //	8  count u64: elements that must be equal on every rank (0 if none)
 //	16 sizes u64: FNV-1a of per-rank element counts that must agree (0 if none)
@@ -90,17 +91,25 @@ func (f descFields) String() string {
 	case f.flags&flagZcoll != 0:
 		s += ", two-shot"
 	}
+	if f.flags&flagHier != 0 {
+		s += ", hierarchical"
+	}
 	return s + ")"
 }
 
 const (
 	flagZcoll = 1 << 2
 	flagCoded = 1 << 3
+	flagHier  = 1 << 6
 )
 
-// withDecision records the compression mode and the switcher's decision.
-func (f descFields) withDecision(mode switcher.Mode, d switcher.Decision) descFields {
+// withDecision records the compression mode, the switcher's decision and
+// whether the op runs hierarchically.
+func (f descFields) withDecision(mode switcher.Mode, d switcher.Decision, hier bool) descFields {
 	f.flags = uint8(mode) & 3
+	if hier {
+		f.flags |= flagHier
+	}
 	if d.Zcoll {
 		f.flags |= flagZcoll
 	}

@@ -102,12 +102,16 @@ func (c *Comm) runCollective(t *task) error {
 	size := payload(op)
 	tele.size = float64(size)
 	conn := &opConn{c: c, t: t, seq: t.seq}
+	var err error
+	if t.hosts, err = c.hierarchy(ctx, op); err != nil {
+		return c.collErr(t, fields, err)
+	}
 	if c.agreeSizeFirst(op) || c.wantsProbe(op, size) {
 		// The check runs first, on its own: before the first op that
 		// could be coded measures the group (it must not start probing
 		// before knowing every rank called the same op), and before an
 		// all_to_all, whose ranks must decide on the same size.
-		conn.desc = fields.withDecision(c.z.mode, switcher.Decision{}).encode()
+		conn.desc = fields.withDecision(c.z.mode, switcher.Decision{}, t.hosts != nil).encode()
 		agreed, err := c.agree(ctx, conn, tele)
 		if err != nil {
 			return c.collErr(t, fields, err)
@@ -121,7 +125,7 @@ func (c *Comm) runCollective(t *task) error {
 			}
 		}
 		c.fb.Commit(c.decide(op, t, size)) // the op is agreed already
-		fields = fields.withDecision(c.z.mode, t.decision)
+		fields = fields.withDecision(c.z.mode, t.decision, t.hosts != nil)
 		conn.desc = fields.encode()
 		start := time.Now()
 		dataErr := c.runAlgorithm(ctx, conn, op, t)
@@ -138,7 +142,7 @@ func (c *Comm) runCollective(t *task) error {
 	if agreed && decideOn != size {
 		t.decision.Why = fmt.Sprintf("decided on the last all_to_all's largest payload (%d bytes): %s", decideOn, t.decision.Why)
 	}
-	fields = fields.withDecision(c.z.mode, t.decision)
+	fields = fields.withDecision(c.z.mode, t.decision, t.hosts != nil)
 	conn.desc = fields.encode()
 	dataCtx, dataCancel := context.WithCancelCause(ctx)
 	defer dataCancel(nil)
@@ -295,7 +299,7 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 		}
 	}
 	var err error
-	if t.decision.Zcoll {
+	if t.decision.Zcoll || t.hosts != nil {
 		err = c.runZcoll(ctx, conn, op, a, t, nil)
 	} else {
 		err = runPlain(ctx, conn, op, a)

@@ -2,12 +2,16 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
 	"github.com/zipccl/zipccl/backend/hosts"
+	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/rendezvous"
+	"github.com/zipccl/zipccl/backend/zcoll"
 )
 
 // layout is the group's ranks grouped by host, learned from the Store the
@@ -36,15 +40,23 @@ func (c *Comm) Hosts(ctx context.Context) ([][]int, error) {
 	}
 	ids := make([]string, c.cfg.Size)
 	ids[c.cfg.Rank] = c.cfg.hostID()
+	// a few reads at a time: one round trip each, thousands in a big group
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
 	for r := range ids {
 		if r == c.cfg.Rank {
 			continue
 		}
-		id, err := rendezvous.FetchHost(ctx, c.cfg.Store, r)
-		if err != nil {
-			return nil, err
-		}
-		ids[r] = id
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ids[r], errs[r] = rendezvous.FetchHost(ctx, c.cfg.Store, r)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	c.layout.hosts = hosts.Group(ids)
 	c.log.Infof("hosts: %s", describeHosts(c.layout.hosts))
@@ -62,4 +74,45 @@ func describeHosts(h [][]int) string {
 		n = fmt.Sprintf("%d hosts", len(h))
 	}
 	return n + ": ranks " + strings.Join(parts, " | ")
+}
+
+// flatOption reads the group option hierarchy (else ZIPCCL_HIERARCHY):
+// "auto" (the default) runs all_reduce, reduce_scatter and all_gather
+// hierarchically where the group spans hosts of several ranks; "flat"
+// never. Every rank must agree (the op descriptor carries the choice).
+func flatOption(opts map[string]string) (bool, error) {
+	v, ok := opts["hierarchy"]
+	if !ok {
+		v = os.Getenv("ZIPCCL_HIERARCHY")
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "auto":
+		return false, nil
+	case "flat":
+		return true, nil
+	}
+	return false, fmt.Errorf("zipccl: hierarchy=%q: want auto or flat", v)
+}
+
+// hierarchy is the layout op runs hierarchically on, or nil for the flat
+// algorithms: all_reduce, reduce_scatter and all_gather of host memory, on
+// a group of equal hosts of several ranks (zcoll.Hosts.Hierarchical). The
+// first call learns the layout from the Store.
+func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
+	if c.flat || op.Dev != nil {
+		return nil, nil
+	}
+	switch op.Kind {
+	case opkind.AllReduce, opkind.ReduceScatter, opkind.AllGather:
+	default:
+		return nil, nil
+	}
+	h, err := c.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if hs := zcoll.Hosts(h); hs.Hierarchical(c.cfg.Size) {
+		return hs, nil
+	}
+	return nil, nil
 }

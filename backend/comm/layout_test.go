@@ -1,12 +1,17 @@
 package comm
 
 import (
+	"bytes"
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/transport"
 )
@@ -50,4 +55,129 @@ func TestHostsWaitEndsWithContext(t *testing.T) {
 	defer cancel()
 	_, err = c.Hosts(ctx)
 	require.ErrorContains(t, err, "host of rank 1")
+}
+
+// On 2 hosts of 2 ranks (interleaved), all_reduce, reduce_scatter and
+// all_gather run hierarchically: every rank gets the documented order's
+// bits (within a host, then across hosts), coded or not; hierarchy=flat
+// gives the flat order; ranks that disagree fail with a mismatch.
+func TestHierarchicalOps(t *testing.T) {
+	ids := []string{"a", "b", "a", "b"}
+	hosts := [][]int{{0, 2}, {1, 3}}
+	const numel = 50_003
+	data := func(rank, j int) []float32 {
+		rng := rand.New(rand.NewPCG(uint64(rank), uint64(j)))
+		v := make([]float32, numel)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	hierSum := func(xs [][]float32) []float32 {
+		out := make([]float32, numel)
+		for i := range out {
+			var total float32
+			for h, host := range hosts {
+				p := xs[host[0]][i] + xs[host[1]][i]
+				if h == 0 {
+					total = p
+				} else {
+					total += p
+				}
+			}
+			out[i] = total
+		}
+		return out
+	}
+	for _, mode := range []string{"never", "always"} {
+		t.Run(mode, func(t *testing.T) {
+			r := newRigConfig(t, 4, func(rank int) Config {
+				return Config{Name: "hier-" + mode, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode}}
+			})
+			xs := make([][]float32, 4)
+			bufs := make([][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				xs[rank] = data(rank, 0)
+				bufs[rank] = f32s(xs[rank]...)
+				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+			}) {
+				require.NoError(t, res.err)
+			}
+			want := f32s(hierSum(xs)...)
+			for rank := range 4 {
+				require.True(t, bytes.Equal(want, bufs[rank]), "all_reduce rank %d", rank)
+			}
+
+			// reduce_scatter: block j of every rank, reduced on rank j
+			outs := make([][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				in := make([][]byte, 4)
+				for j := range in {
+					in[j] = f32s(data(rank, 10+j)...)
+				}
+				outs[rank] = make([]byte, 4*numel)
+				return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
+			}) {
+				require.NoError(t, res.err)
+			}
+			for j := range 4 {
+				contrib := make([][]float32, 4)
+				for rank := range contrib {
+					contrib[rank] = data(rank, 10+j)
+				}
+				require.True(t, bytes.Equal(f32s(hierSum(contrib)...), outs[j]), "reduce_scatter block %d", j)
+			}
+
+			// all_gather: bytes only
+			gathered := make([][][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				gathered[rank] = make([][]byte, 4)
+				for j := range gathered[rank] {
+					gathered[rank][j] = make([]byte, 4*numel)
+				}
+				return &Op{Kind: opkind.AllGather, DType: dtype.Float32, In: [][]byte{f32s(data(rank, 20)...)}, Out: gathered[rank]}
+			}) {
+				require.NoError(t, res.err)
+			}
+			for rank := range 4 {
+				for j := range 4 {
+					require.True(t, bytes.Equal(f32s(data(j, 20)...), gathered[rank][j]), "all_gather rank %d shard %d", rank, j)
+				}
+			}
+		})
+	}
+
+	t.Run("flat and mismatch", func(t *testing.T) {
+		run := func(name string, ids []string, flat func(rank int) bool) ([][]byte, []result) {
+			r := newRigConfig(t, 4, func(rank int) Config {
+				opts := map[string]string{}
+				if flat(rank) {
+					opts["hierarchy"] = "flat"
+				}
+				return Config{Name: "hier-" + name, Timeout: 5 * time.Second, HostID: ids[rank], Options: opts}
+			})
+			bufs := make([][]byte, 4)
+			res := r.everyRank(func(rank int) *Op {
+				bufs[rank] = f32s(data(rank, 0)...)
+				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+			})
+			return bufs, res
+		}
+		_, res := run("mismatch", ids, func(rank int) bool { return rank == 3 })
+		for rank, x := range res {
+			require.ErrorContains(t, x.err, "hierarchical", "rank %d", rank)
+		}
+		flat, res := run("flat", ids, func(int) bool { return true })
+		oneHost, res2 := run("one-host", []string{"x", "x", "x", "x"}, func(int) bool { return false })
+		hier := make([][]float32, 4)
+		for rank := range hier {
+			hier[rank] = data(rank, 0)
+		}
+		for rank := range 4 {
+			require.NoError(t, res[rank].err)
+			require.NoError(t, res2[rank].err)
+			require.True(t, bytes.Equal(oneHost[rank], flat[rank]), "hierarchy=flat runs the flat algorithm, rank %d", rank)
+			require.False(t, bytes.Equal(f32s(hierSum(hier)...), flat[rank]), "and not the hierarchical order, rank %d", rank)
+		}
+	})
 }

@@ -194,7 +194,7 @@ func (c *Comm) decideP2P(op *Op) switcher.Decision {
 // by co.
 func (c *Comm) sendCoded(ctx context.Context, t *task, id uint32, co zcoll.Coder) error {
 	op := t.op
-	f := describe(op, c.cfg.Rank).withDecision(c.z.mode, t.decision)
+	f := describe(op, c.cfg.Rank).withDecision(c.z.mode, t.decision, false)
 	f.root = int32(id & 0x3fff)
 	f.count = uint64(op.numel(op.In[0]))
 	f.layout = uint64(zcoll.DefaultSegment)

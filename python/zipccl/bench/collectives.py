@@ -36,7 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="gloo,zipccl",
                    help="comma list, run side by side (default gloo,zipccl); zipccl:MODE runs zipccl with "
                         "compression MODE (auto, always, never), zipccl@PATH with CUDA tensors on GPU path PATH "
-                        "(nccl, coded, staged), zipccl+enc with its pairs encrypted (AES-256-GCM), e.g. "
+                        "(nccl, coded, staged), zipccl+enc with its pairs encrypted (AES-256-GCM), zipccl+flat without the hierarchical "
+                        "algorithms on hosts of several ranks, e.g. "
                         "gloo,zipccl,zipccl:never@staged,zipccl+enc")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the tensors live (default cpu); cuda puts every rank's on GPU rank mod "

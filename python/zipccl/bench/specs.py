@@ -141,28 +141,32 @@ def format_bytes(n: float) -> str:
 
 
 class BackendSpec(NamedTuple):
-    """One --backends entry: a backend name, or zipccl[:MODE][@PATH][+enc]
-    for zipccl with compression MODE, GPU path PATH, and its pairs
-    encrypted, on that group only. Absent parts are '' (False)."""
+    """One --backends entry: a backend name, or
+    zipccl[:MODE][@PATH][+enc][+flat] for zipccl with compression MODE, GPU
+    path PATH, its pairs encrypted, and the flat algorithms on hosts of
+    several ranks, on that group only. Absent parts are '' (False)."""
 
     name: str
     mode: str = ""
     path: str = ""
     encrypt: bool = False
+    flat: bool = False
 
 
 def parse_backend(entry: str) -> BackendSpec:
     """'zipccl:never@staged+enc' -> BackendSpec('zipccl', 'never', 'staged',
     True); raises ValueError for what no group could be made of."""
-    rest, plus, flag = entry.partition("+")
+    rest, *flags = entry.split("+")
     rest, _, path = rest.partition("@")
     name, _, mode = rest.partition(":")
-    if plus and flag != "enc":
-        raise ValueError(f"--backends: {entry!r}: the only suffix is +enc (encrypted pairs)")
-    if (mode or path or plus) and name != "zipccl":
-        raise ValueError(f"--backends: {entry!r}: only zipccl takes a mode, a GPU path or +enc")
+    for flag in flags:
+        if flag not in ("enc", "flat") or flags.count(flag) > 1:
+            raise ValueError(f"--backends: {entry!r}: the suffixes are +enc (encrypted pairs) and +flat "
+                             "(no hierarchical algorithms), once each")
+    if (mode or path or flags) and name != "zipccl":
+        raise ValueError(f"--backends: {entry!r}: only zipccl takes a mode, a GPU path, +enc or +flat")
     if mode and mode not in ("auto", "always", "never"):
         raise ValueError(f"--backends: {entry!r}: the mode is one of auto, always, never")
     if path and path not in ("nccl", "coded", "staged", "auto"):
         raise ValueError(f"--backends: {entry!r}: the GPU path is one of nccl, coded, staged, auto")
-    return BackendSpec(name, mode, path, bool(plus))
+    return BackendSpec(name, mode, path, "enc" in flags, "flat" in flags)

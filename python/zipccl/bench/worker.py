@@ -237,12 +237,13 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
 def new_group(entry: str, timeout: datetime.timedelta):
     """The group of one --backends entry (specs.BackendSpec)."""
     spec = parse_backend(entry)
-    if spec.name == "zipccl" and (spec.mode or spec.path or spec.encrypt):
+    if spec.name == "zipccl" and (spec.mode or spec.path or spec.encrypt or spec.flat):
         import zipccl
 
         return dist.new_group(backend="zipccl", timeout=timeout,
                               pg_options=zipccl.Options(compression=spec.mode or None, gpu_path=spec.path or None,
-                                                        encrypt=spec.encrypt or None))
+                                                        encrypt=spec.encrypt or None,
+                                                        extra={"hierarchy": "flat"} if spec.flat else {}))
     return dist.new_group(backend=spec.name, timeout=timeout)
 
 

@@ -1,0 +1,203 @@
+package zcoll
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zipccl/zipccl/backend/codec"
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/conntest"
+	"github.com/zipccl/zipccl/backend/reduce"
+)
+
+// hierLayouts: hosts of 2 and 3 ranks, host-major and interleaved (the
+// launcher's numbering need not follow the hosts), 2 and 3 hosts.
+var hierLayouts = []Hosts{
+	{{0, 1}, {2, 3}},
+	{{0, 2}, {1, 3}},
+	{{0, 1, 2}, {3, 4, 5}},
+	{{4, 0}, {1, 5}, {3, 2}},
+}
+
+func hierPlans() []namedPlan {
+	return []namedPlan{
+		{"plain", Plan{Segment: testSegment}},
+		{"zip3", Plan{Framed: true, Kind: codec.Zip3, Segment: testSegment, A2ADesign: 2}},
+		{"huff", Plan{Framed: true, Kind: codec.Huff, Segment: testSegment}},
+	}
+}
+
+// hierRef is the documented order: over each host's ranks in local order,
+// then over the hosts in host order.
+func hierRef(dt dtype.DType, op reduce.Op, h Hosts, xs [][]byte) []byte {
+	parts := make([][]byte, len(h))
+	for i, host := range h {
+		parts[i] = refReduce(dt, op, pick(xs, host))
+	}
+	return refReduce(dt, op, parts)
+}
+
+func TestHostsHierarchical(t *testing.T) {
+	require.True(t, Hosts{{0, 1}, {2, 3}}.Hierarchical(4))
+	require.True(t, Hosts{{3, 1}, {0, 2}}.Hierarchical(4))
+	require.False(t, Hosts{{0, 1, 2, 3}}.Hierarchical(4), "one host")
+	require.False(t, Hosts{{0}, {1}, {2}, {3}}.Hierarchical(4), "one rank per host")
+	require.False(t, Hosts{{0, 1, 2}, {3}}.Hierarchical(4), "unequal hosts run flat")
+	require.False(t, Hosts{{0, 1}, {1, 2}}.Hierarchical(4), "a rank twice")
+	require.False(t, Hosts{{0, 1}, {2, 3}}.Hierarchical(5), "not every rank")
+}
+
+func TestHierAllReduce(t *testing.T) {
+	defer func(v int) { hierPieceMin = v }(hierPieceMin)
+	hierPieceMin = 1000 // every buffer below is pipelined in pieces
+	for _, h := range hierLayouts {
+		n := len(h) * len(h[0])
+		for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Float16, dtype.Int32} {
+			for i, data := range []dataKind{gaussian, specials, randBits} {
+				// chunks one element apart, and fewer elements than ranks
+				numel := []int{1000*n + 3, 2, 5}[i]
+				t.Run(fmt.Sprintf("%v/%v/%v/%d", h, dt, data, numel), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(dt)*10+uint64(data)))
+					xs := make([][]byte, n)
+					for r := range xs {
+						xs[r] = genData(rng, dt, numel, data)
+					}
+					want := hierRef(dt, reduce.Sum, h, xs)
+					for _, p := range hierPlans() {
+						w := conntest.NewWorld(n)
+						args := make([]Args, n)
+						outs := make([][]byte, n)
+						for r := range n {
+							outs[r] = clone(xs[r])
+							args[r] = Args{Args: collective.Args{DType: dt, Op: reduce.Sum, In: [][]byte{outs[r]}, Out: [][]byte{outs[r]}}, Plan: p.p}
+						}
+						mustOK(t, w, runWorld(t, w, func(ctx context.Context, c collective.VarConn, a Args) error {
+							return HierAllReduce(ctx, c, a, h)
+						}, args, runOpts{}))
+						for r := range n {
+							sameBytes(t, fmt.Sprintf("%s rank %d", p.name, r), outs[r], want)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestHierReduceScatter(t *testing.T) {
+	defer func(v int) { hierPieceMin = v }(hierPieceMin)
+	hierPieceMin = 1000 // pipelined in pieces
+	for _, h := range hierLayouts {
+		n := len(h) * len(h[0])
+		for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32} {
+			t.Run(fmt.Sprintf("%v/%v", h, dt), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(n), uint64(dt)))
+				numel := 777
+				xs := make([][][]byte, n) // xs[r][j]: rank r's contribution to block j
+				for r := range xs {
+					xs[r] = make([][]byte, n)
+					for j := range xs[r] {
+						xs[r][j] = genData(rng, dt, numel, specials)
+					}
+				}
+				for _, p := range hierPlans() {
+					w := conntest.NewWorld(n)
+					args := make([]Args, n)
+					outs := make([][]byte, n)
+					for r := range n {
+						ins := make([][]byte, n)
+						for j := range ins {
+							ins[j] = clone(xs[r][j])
+						}
+						outs[r] = ins[r] // in place
+						args[r] = Args{Args: collective.Args{DType: dt, Op: reduce.Sum, In: ins, Out: [][]byte{outs[r]}}, Plan: p.p}
+					}
+					mustOK(t, w, runWorld(t, w, func(ctx context.Context, c collective.VarConn, a Args) error {
+						return HierReduceScatter(ctx, c, a, h)
+					}, args, runOpts{}))
+					for j := range n {
+						contrib := make([][]byte, n)
+						for r := range n {
+							contrib[r] = xs[r][j]
+						}
+						sameBytes(t, fmt.Sprintf("%s block %d", p.name, j), outs[j], hierRef(dt, reduce.Sum, h, contrib))
+					}
+				}
+			})
+		}
+	}
+}
+
+// The hierarchical all-gather moves bytes only: bit for bit the flat
+// result, shards of different lengths too.
+func TestHierAllGather(t *testing.T) {
+	defer func(v int) { hierPieceMin = v }(hierPieceMin)
+	hierPieceMin = 1000 // pipelined in pieces
+	for _, h := range hierLayouts {
+		n := len(h) * len(h[0])
+		t.Run(fmt.Sprint(h), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(n), 9))
+			shards := make([][]byte, n)
+			for r := range shards {
+				shards[r] = genData(rng, dtype.BFloat16, (500+r)*(r%3), specials) // empty shards too
+			}
+			for _, p := range hierPlans() {
+				w := conntest.NewWorld(n)
+				args := make([]Args, n)
+				outs := make([][][]byte, n)
+				for r := range n {
+					outs[r] = make([][]byte, n)
+					for j := range outs[r] {
+						outs[r][j] = make([]byte, len(shards[j]))
+					}
+					args[r] = Args{Args: collective.Args{DType: dtype.BFloat16, In: [][]byte{shards[r]}, Out: outs[r]}, Plan: p.p}
+				}
+				mustOK(t, w, runWorld(t, w, func(ctx context.Context, c collective.VarConn, a Args) error {
+					return HierAllGather(ctx, c, a, h)
+				}, args, runOpts{}))
+				for r := range n {
+					for j := range n {
+						sameBytes(t, fmt.Sprintf("%s rank %d shard %d", p.name, r, j), outs[r][j], shards[j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// Only the rails cross hosts, each byte once: an all-reduce of M bytes
+// (uncoded) sends 2*M*(H-1) bytes between hosts in all, half what the flat
+// two-shot all-reduce sends on 2 hosts of 2 ranks.
+func TestHierCrossHostBytes(t *testing.T) {
+	h := Hosts{{0, 2}, {1, 3}}
+	hostOf := []int{0, 1, 0, 1}
+	const n, numel = 4, 4096 * 4
+	crossing := func(f opFunc) int64 {
+		w := conntest.NewWorld(n)
+		var across atomic.Int64
+		w.Corrupt = func(src, dst int, _ uint32, msg []byte) []byte {
+			if hostOf[src] != hostOf[dst] {
+				across.Add(int64(len(msg)))
+			}
+			return msg
+		}
+		args := make([]Args, n)
+		for r := range n {
+			b := make([]byte, numel*4)
+			args[r] = Args{Args: collective.Args{DType: dtype.Float32, Op: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}}
+		}
+		mustOK(t, w, runWorld(t, w, f, args, runOpts{}))
+		return across.Load()
+	}
+	m := int64(numel * 4)
+	hier := crossing(func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllReduce(ctx, c, a, h) })
+	flat := crossing(AllReduce)
+	require.Equal(t, 2*m*int64(len(h)-1), hier)
+	require.Equal(t, 2*hier, flat)
+}
