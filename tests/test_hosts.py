@@ -155,8 +155,8 @@ dist.destroy_process_group()
 
 def test_hierarchical_all_gather_sends_the_minimum_across_hosts():
     """2 hosts of 2 ranks: the hierarchical all_gather sends each host's
-    shards across once (M/2 per host NIC for an output of M), the flat ring
-    3/4 of M (interface counters inside each host's namespace)."""
+    shards across once (M/2 per host NIC for an output of M); the flat
+    algorithms send more (interface counters inside each host's namespace)."""
     from zipccl.netharness import LinkSpec, Network
     from zipccl.netharness.topology import netns_unavailable_reason
 
@@ -171,5 +171,5 @@ def test_hierarchical_all_gather_sends_the_minimum_across_hosts():
         assert r.returncode == 0 and line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
     for host_rank in (0, 2):  # one reading per host (its ranks share the NIC)
         got = json.loads([x for x in res[host_rank].stdout.splitlines() if x.startswith("RESULT ")][0][7:])
-        assert 2 * shard <= got["hier"] < 2.1 * 2 * shard, got
-        assert got["flat"] >= 2.8 * shard, got
+        assert 2 * shard <= got["hier"] < 1.02 * 2 * shard, got  # the minimum, and headers
+        assert got["flat"] > 1.15 * got["hier"], got
