@@ -123,14 +123,24 @@ def test_topology_of_harness_hosts():
         assert json.loads(line[0][7:]) == [[0, 1], [2, 3]]
 
 
-NIC_BYTES = r"""
-import datetime, json, os, torch, torch.distributed as dist, zipccl
-dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
-rank = dist.get_rank()
+# What a host's ranks read of its NIC (inside its namespace): bytes sent,
+# and TCP segments sent again (each crosses the NIC again).
+NIC = r"""
 ifname = os.environ["ZIPCCL_SOCKET_IFNAME"]
 def tx():
     with open(f"/sys/class/net/{ifname}/statistics/tx_bytes") as f:
         return int(f.read())
+def retrans():
+    with open("/proc/net/snmp") as f:
+        rows = [l.split() for l in f if l.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("RetransSegs")])
+"""
+
+NIC_BYTES = r"""
+import datetime, json, os, torch, torch.distributed as dist, zipccl
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
+rank = dist.get_rank()
+#NIC
 groups = {
     "hier": dist.new_group(pg_options=zipccl.Options(compression="never")),
     "flat": dist.new_group(pg_options=zipccl.Options(compression="never", extra={"hierarchy": "flat"})),
@@ -142,11 +152,12 @@ for name, g in groups.items():
     parts = [torch.empty_like(shard) for _ in range(4)]
     dist.all_gather(parts, shard, group=g)  # connects the pairs
     dist.barrier(group=g)
-    before = tx()
+    before, r0 = tx(), retrans()
     dist.all_gather(parts, shard, group=g)
     assert all(p[0].item() == j for j, p in enumerate(parts)), name
     dist.barrier(group=g)
     out[name] = tx() - before
+    out[name + "_retrans"] = retrans() - r0
 print("RESULT", json.dumps(out), flush=True)
 dist.barrier()
 dist.destroy_process_group()
@@ -163,7 +174,7 @@ def test_hierarchical_all_gather_sends_the_minimum_across_hosts():
     if why := netns_unavailable_reason():
         pytest.skip(why)
     with Network(4, LinkSpec(), ranks_per_host=2) as net:
-        res = launch(NIC_BYTES, 4, rank_env=net.rank_env, prefix=net.command_prefix, timeout=180,
+        res = launch(NIC_BYTES.replace("#NIC", NIC), 4, rank_env=net.rank_env, prefix=net.command_prefix, timeout=180,
                      master_addr=net.address(0))
     shard = 4 << 20
     for r in res:
@@ -171,5 +182,67 @@ def test_hierarchical_all_gather_sends_the_minimum_across_hosts():
         assert r.returncode == 0 and line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
     for host_rank in (0, 2):  # one reading per host (its ranks share the NIC)
         got = json.loads([x for x in res[host_rank].stdout.splitlines() if x.startswith("RESULT ")][0][7:])
-        assert 2 * shard <= got["hier"] < 1.02 * 2 * shard, got  # the minimum, and headers
+        # the minimum, headers, and what TCP sent again (up to 64 KiB a segment)
+        assert 2 * shard <= got["hier"] < 1.02 * 2 * shard + 67_000 * got["hier_retrans"], got
         assert got["flat"] > 1.15 * got["hier"], got
+
+
+HPZ = r"""
+import datetime, json, os, sys, torch, torch.distributed as dist, zipccl
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=120))
+rank = dist.get_rank()
+#NIC
+out = {}
+for name, reshard in (("hpz", 2), ("zero3", True)):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+    mesh = init_device_mesh("cpu", (4,))
+    for layer in model:
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    x = torch.randn(8, 256, generator=torch.Generator().manual_seed(rank))
+    for step in range(2):  # the first connects every pair
+        loss = model(x).square().mean()
+        dist.barrier()
+        before, r0 = tx(), retrans()
+        loss.backward()
+        dist.barrier()
+        after, r1 = tx(), retrans()
+        model.zero_grad()
+    out[name] = after - before
+    out[name + "_retrans"] = r1 - r0
+out["param_bytes"] = sum(p.numel() for p in model.parameters()) * 4  # DTensors: the global size
+print("RESULT", json.dumps(out), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_hpz_backward_all_gathers_stay_inside_hosts():
+    """ZeRO++'s hpZ as FSDP2 has it (reshard_after_forward=<ranks per
+    host>) on 2 hosts of 2 ranks: the backward pass's all-gathers run on
+    each host's own ranks, so a host's NIC carries only the gradients'
+    reduce-scatter (M/2 out of each host, hierarchical and uncoded), where
+    plain ZeRO-3 also all-gathers the parameters across hosts again (up to
+    another M/2). Interface counters inside each host's namespace."""
+    from zipccl.netharness import LinkSpec, Network
+    from zipccl.netharness.topology import netns_unavailable_reason
+
+    if why := netns_unavailable_reason():
+        pytest.skip(why)
+    with Network(4, LinkSpec(), ranks_per_host=2) as net:
+        res = launch(HPZ.replace("#NIC", NIC), 4, rank_env=lambda r: {**net.rank_env(r), "ZIPCCL_COMPRESS": "never"},
+                     prefix=net.command_prefix, timeout=300, master_addr=net.address(0))
+    for r in res:
+        assert r.returncode == 0 and "RESULT " in r.stdout, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
+    for host_rank in (0, 2):
+        got = json.loads([x for x in res[host_rank].stdout.splitlines() if x.startswith("RESULT ")][0][7:])
+        m = got["param_bytes"]
+        # the reduce-scatter alone and headers; a segment TCP sent again
+        # (rarely, on these veths) crosses the NIC again: up to 64 KiB each
+        assert 0.5 * m <= got["hpz"] < 0.55 * m + 67_000 * got["hpz_retrans"], got
+        # and the all-gathers across hosts (all layers but the last, which
+        # FSDP2 keeps unsharded from the forward)
+        assert got["zero3"] >= 0.8 * m, got

@@ -3,7 +3,10 @@ package comm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,4 +183,50 @@ func TestHierarchicalOps(t *testing.T) {
 			require.False(t, bytes.Equal(f32s(hierSum(hier)...), flat[rank]), "and not the hierarchical order, rank %d", rank)
 		}
 	})
+}
+
+// On 2 hosts of 2 ranks, a rank that dies inside a host, or a whole host,
+// fails every survivor's hierarchical all_reduce promptly, naming a dead
+// rank, though a survivor need not talk to it directly (rank 2's rail
+// partner is rank 0, its host partner rank 3).
+func TestHierarchicalDeadRankOrHost(t *testing.T) {
+	ids := []string{"a", "a", "b", "b"}
+	for _, dead := range [][]int{{1}, {2, 3}} {
+		t.Run(fmt.Sprint(dead), func(t *testing.T) {
+			r := newRigConfig(t, 4, func(rank int) Config {
+				return Config{Name: "hier-dead", Timeout: 60 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": "always"}}
+			})
+			bufs := make([][]byte, 4)
+			op := func(rank int) *Op {
+				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+			}
+			for _, x := range r.everyRank(func(rank int) *Op {
+				bufs[rank] = make([]byte, 8<<20)
+				return op(rank)
+			}) {
+				require.NoError(t, x.err)
+			}
+			chans := map[int]chan result{}
+			for rank := range 4 {
+				if !slices.Contains(dead, rank) {
+					chans[rank] = r.submit(rank, op(rank))
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			for _, d := range dead {
+				r.comms[d].mesh.Abort(fmt.Errorf("simulated crash"))
+			}
+			start := time.Now()
+			for rank, ch := range chans {
+				err := wait(t, ch).err
+				require.Error(t, err, "rank %d", rank)
+				named := false
+				for _, d := range dead {
+					named = named || strings.Contains(err.Error(), fmt.Sprintf("rank %d", d))
+				}
+				require.True(t, named, "rank %d names a dead rank: %v", rank, err)
+			}
+			require.Less(t, time.Since(start), 10*time.Second, "survivors must not wait for the 60s timeout")
+		})
+	}
 }
