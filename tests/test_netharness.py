@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -335,3 +336,25 @@ def test_bench_collectives_on_hosts_of_two_ranks(tmp_path) -> None:
     assert (meta["world_size"], meta["hosts"], meta["ranks_per_host"]) == (4, 2, 2)
     with open(trace, newline="") as f:
         assert next(csv.reader(f)) == ["t_s", "up0", "down0", "up1", "down1"]
+
+
+def test_demo_hpz_needs_hosts_of_several_ranks(capsys) -> None:
+    from zipccl.demo.cli import configure, run
+
+    p = argparse.ArgumentParser()
+    configure(p)
+    assert run(p.parse_args(["--world-size", "4", "--modes", "hpz", "--no-netns"])) == 2
+    assert "hpz reshards to each host's ranks" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
+def test_demo_hpz_on_two_hosts_of_two() -> None:
+    """FSDP2 with and without hpZ on 2 hosts of 2 ranks: losses bit-identical
+    to compression off and to gloo, bytes counted on the hosts' NICs."""
+    out = subprocess.run([sys.executable, "-m", "zipccl", "demo", "--hosts", "2", "--ranks-per-host", "2",
+                          "--modes", "fsdp,hpz", "--steps", "4", "-q", "--out", tempfile.mkdtemp()],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for line in ("[PASS] hpZ: zipccl == zipccl compression off", "[PASS] hpZ: zipccl ~= gloo",
+                 "[PASS] FSDP2: zipccl == zipccl compression off", "wire MB/step: what all hosts' NICs sent"):
+        assert line in out.stdout, out.stdout[-3000:]

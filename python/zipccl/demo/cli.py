@@ -44,7 +44,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--no-netns", action="store_true", help="loopback, unshaped")
     p.add_argument("--steps", type=int, default=100, help="training steps per run (default 100)")
-    p.add_argument("--modes", default="ddp,fsdp", help="ddp, fsdp or both (default ddp,fsdp)")
+    p.add_argument("--modes", default=None,
+                   help="comma list of ddp, fsdp, hpz (FSDP2 resharding to each host's ranks after forward: "
+                        "ZeRO++'s hpZ); default ddp,fsdp, and hpz too with several ranks per host")
     p.add_argument("--batch", type=int, default=4, help="sequences of 128 bytes per rank per step (default 4)")
     p.add_argument("--comm-dtype", choices=("mixed", "bfloat16", "float32"), default="mixed",
                    help="what travels: mixed = DDP fp32 gradients, FSDP2 bf16 parameters and fp32 gradients "
@@ -82,8 +84,8 @@ def _launch(net: Network, runs: dict[str, str], extra: dict[str, str], args: arg
     env = dict(extra)
     if "zipccl" in runs and args.compress:
         env["ZIPCCL_COMPRESS"] = args.compress
-    if net.nic_per_rank:  # a shared NIC would count a host's ranks together
-        env["ZIPCCL_BENCH_NIC"] = IFNAME
+    if net.mode == "netns":
+        env["ZIPCCL_BENCH_NIC"] = IFNAME  # read by each host's local rank 0
     summaries: dict[str, dict[str, dict[str, Any]]] = {key: {} for key in runs}
 
     def on_line(rank: int, line: str) -> None:
@@ -122,16 +124,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if any(m not in report.MODE_NAMES for m in modes):
-        print("zipccl demo: --modes takes ddp, fsdp or ddp,fsdp", file=sys.stderr)
-        return 2
     started = time.monotonic()
     try:
         layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE)
         link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
     except ValueError as exc:
         print(f"zipccl demo: {exc}", file=sys.stderr)
+        return 2
+    default_modes = "ddp,fsdp,hpz" if layout.ranks_per_host > 1 else "ddp,fsdp"
+    modes = [m.strip() for m in (args.modes or default_modes).split(",") if m.strip()]
+    if not modes or any(m not in report.MODE_NAMES for m in modes):
+        print("zipccl demo: --modes takes a comma list of ddp, fsdp, hpz", file=sys.stderr)
+        return 2
+    if "hpz" in modes and layout.ranks_per_host < 2:
+        print("zipccl demo: hpz reshards to each host's ranks: it needs --ranks-per-host 2 or more", file=sys.stderr)
         return 2
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     with Network(layout.world_size, link, use_netns=not args.no_netns, ranks_per_host=layout.ranks_per_host) as net:
@@ -152,11 +158,10 @@ def _run(args: argparse.Namespace) -> int:
     print(report.table(runs, labels, modes))
     print("step ms: median over steps 3.. of the mean over ranks; vs gloo: gloo's step time / this one's")
     print("(†: a separate launch, so its time is not side by side with gloo's and is noisier)")
-    if net.nic_per_rank:
-        print("wire MB/step: what all ranks' NICs sent per step, headers included")
+    if net.mode == "netns":
+        print("wire MB/step: what all hosts' NICs sent per step, headers included")
     else:
-        print("wire MB/step*: zipccl's own payload count (no NIC of each rank's own: loopback, or ranks sharing "
-              "a host); gloo: n/a")
+        print("wire MB/step*: zipccl's own payload count (loopback: no NICs); gloo: n/a")
     print("ratio: bytes with compression off / bytes of this run")
     for mode in modes:
         choices = runs.get("zipccl", {}).get(mode, {}).get("zipccl_choices")

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MODE_NAMES = {"ddp": "DDP", "fsdp": "FSDP2"}
+MODE_NAMES = {"ddp": "DDP", "fsdp": "FSDP2", "hpz": "hpZ"}
 
 # The dtype gradients are reduced in, per mode and --comm-dtype.
 REDUCE_DTYPE = {
-    "mixed": {"ddp": "float32", "fsdp": "float32"},
-    "float32": {"ddp": "float32", "fsdp": "float32"},
-    "bfloat16": {"ddp": "bfloat16", "fsdp": "bfloat16"},
+    "mixed": {"ddp": "float32", "fsdp": "float32", "hpz": "float32"},
+    "float32": {"ddp": "float32", "fsdp": "float32", "hpz": "float32"},
+    "bfloat16": {"ddp": "bfloat16", "fsdp": "bfloat16", "hpz": "bfloat16"},
 }
 _EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7}
 

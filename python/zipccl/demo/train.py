@@ -50,9 +50,10 @@ def emit(kind: str, **fields: Any) -> None:
 
 
 def _nic_tx() -> int:
-    """Bytes sent by this rank's own interface (0 when it has none)."""
+    """Bytes sent by this rank's host's interface, read by the host's local
+    rank 0 only (its ranks share it); 0 elsewhere or without one."""
     ifname = os.environ.get("ZIPCCL_BENCH_NIC")
-    if not ifname:
+    if not ifname or os.environ.get("LOCAL_RANK", "0") != "0":
         return 0
     try:
         with open(f"/sys/class/net/{ifname}/statistics/tx_bytes") as f:
@@ -115,15 +116,19 @@ class Trainer:
 
                 net.register_comm_hook(self.group, bf16_compress_hook)
             return net
-        if self.mode == "fsdp":
+        if self.mode in ("fsdp", "hpz"):
             from torch.distributed.device_mesh import DeviceMesh
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
             mesh = DeviceMesh.from_group(self.group, "cpu")
             policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+            # hpZ: after forward, keep the parameters sharded over the
+            # host's ranks only, so backward all-gathers inside the host
+            # (ranks are host-major, as FSDP2's rows of that size assume)
+            reshard = int(os.environ["LOCAL_WORLD_SIZE"]) if self.mode == "hpz" else True
             for block in model.blocks:
-                fully_shard(block, mesh=mesh, mp_policy=policy)
-            fully_shard(model, mesh=mesh, mp_policy=policy)
+                fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+            fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
             return model
         raise ValueError(f"unknown mode {self.mode!r}")
 
@@ -144,6 +149,8 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         elapsed = time.perf_counter() - t0
+        if os.environ.get("ZIPCCL_BENCH_NIC"):  # set for every rank alike
+            dist.barrier()  # every rank of the host done (the control group's bytes are few)
         self.nic += _nic_tx() - nic0
         if self.backend == "zipccl":
             self.wire += _zipccl_wire(self.group) - wire0
