@@ -156,6 +156,12 @@ func (c *Comm) sizeOf(op *Op, own int) (int, bool) {
 // under. The returned step is committed once the op is agreed.
 func (c *Comm) decide(op *Op, t *task, size int) switcher.Step {
 	in, ok := c.switcherInput(op, size)
+	if ok && t.hosts != nil {
+		// Hierarchical: coding only changes the rails' part (inside a host
+		// nothing is coded), so the model costs one rail's op: H ranks, the
+		// R-th part of the payload.
+		in.Ranks, in.Bytes = len(t.hosts), size/len(t.hosts[0])
+	}
 	t.keyed, t.key = ok && c.z.mode == switcher.Auto, switcher.KeyOf(in)
 	if !ok {
 		t.decision = switcher.Decision{}

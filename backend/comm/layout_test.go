@@ -17,6 +17,7 @@ import (
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/transport"
+	"github.com/zipccl/zipccl/backend/zcoll"
 )
 
 // Every rank learns the same layout from the Store, hosts of unequal size
@@ -229,4 +230,20 @@ func TestHierarchicalDeadRankOrHost(t *testing.T) {
 			require.Less(t, time.Since(start), 10*time.Second, "survivors must not wait for the 60s timeout")
 		})
 	}
+}
+
+// The switcher costs a hierarchical op's rail part: H ranks, the R-th of
+// the payload (the key its feedback times the call under).
+func TestHierarchicalDecisionCostsTheRail(t *testing.T) {
+	r := newRigConfig(t, 4, func(rank int) Config {
+		return Config{Name: "hier-decide", Timeout: 5 * time.Second, HostID: []string{"a", "a", "b", "b"}[rank],
+			Options: map[string]string{"compress": "auto"}}
+	})
+	c := r.comms[0]
+	op := &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Sum, In: [][]byte{make([]byte, 64<<20)}}
+	flat, hier := &task{op: op}, &task{op: op, hosts: zcoll.Hosts{{0, 1}, {2, 3}}}
+	c.decide(op, flat, 64<<20)
+	c.decide(op, hier, 64<<20)
+	require.Equal(t, 64<<20, flat.key.Bytes)
+	require.Equal(t, 32<<20, hier.key.Bytes)
 }
