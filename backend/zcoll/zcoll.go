@@ -71,6 +71,8 @@
 //	Broadcast        plain: Slot(0, k); framed: static Slot(0, k), dynamic
 //	                 Slot(1, k)
 //	SendSplit        static Slot(0, k), dynamic Slot(1, k)
+//	Hier*            each phase as its algorithm above, its steps moved up
+//	                 by phase*(max(H, R)+2) (hier.go)
 //
 // # Concurrency
 //
