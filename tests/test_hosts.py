@@ -153,6 +153,7 @@ for name, g in groups.items():
     dist.all_gather(parts, shard, group=g)  # connects the pairs
     dist.barrier(group=g)
     before, r0 = tx(), retrans()
+    dist.barrier(group=g)  # read before any rank of the host sends
     dist.all_gather(parts, shard, group=g)
     assert all(p[0].item() == j for j, p in enumerate(parts)), name
     dist.barrier(group=g)
@@ -207,6 +208,7 @@ for name, reshard in (("hpz", 2), ("zero3", True)):
         loss = model(x).square().mean()
         dist.barrier()
         before, r0 = tx(), retrans()
+        dist.barrier()  # read before any rank of the host sends
         loss.backward()
         dist.barrier()
         after, r1 = tx(), retrans()
@@ -266,6 +268,7 @@ for hpz in (1, 2):
         loss = engine(x).square().mean()
         dist.barrier()
         before, r0 = tx(), retrans()
+        dist.barrier()  # read before any rank of the host sends
         engine.backward(loss)
         dist.barrier()
         out[f"hpz{hpz}"], out[f"hpz{hpz}_retrans"] = tx() - before, retrans() - r0

@@ -142,6 +142,8 @@ class Trainer:
             group["lr"] = lr
         x, y = batch(self.corpus, step, self.rank, self.cfg["batch"], self.model_cfg.seq_len, self.cfg["seed"])
         nic0 = _nic_tx()
+        if os.environ.get("ZIPCCL_BENCH_NIC"):  # set for every rank alike
+            dist.barrier()  # read before any rank of the host sends
         wire0 = _zipccl_wire(self.group) if self.backend == "zipccl" else 0
         t0 = time.perf_counter()
         loss = self.net(x, y)
@@ -149,7 +151,7 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         elapsed = time.perf_counter() - t0
-        if os.environ.get("ZIPCCL_BENCH_NIC"):  # set for every rank alike
+        if os.environ.get("ZIPCCL_BENCH_NIC"):
             dist.barrier()  # every rank of the host done (the control group's bytes are few)
         self.nic += _nic_tx() - nic0
         if self.backend == "zipccl":
