@@ -19,7 +19,8 @@ import (
 // a group that never asks costs no Store reads.
 type layout struct {
 	mu    sync.Mutex
-	hosts [][]int // nil until learned
+	hosts [][]int     // nil until learned
+	hier  zcoll.Hosts // hosts, when they call for the hierarchical algorithms
 }
 
 func (cfg *Config) hostID() string {
@@ -59,6 +60,9 @@ func (c *Comm) Hosts(ctx context.Context) ([][]int, error) {
 		return nil, err
 	}
 	c.layout.hosts = hosts.Group(ids)
+	if hs := zcoll.Hosts(c.layout.hosts); hs.Hierarchical(c.cfg.Size) {
+		c.layout.hier = hs
+	}
 	c.log.Infof("hosts: %s", describeHosts(c.layout.hosts))
 	return c.layout.hosts, nil
 }
@@ -96,8 +100,8 @@ func flatOption(opts map[string]string) (bool, error) {
 
 // hierarchy is the layout op runs hierarchically on, or nil for the flat
 // algorithms: all_reduce, reduce_scatter and all_gather of host memory, on
-// a group of equal hosts of several ranks (zcoll.Hosts.Hierarchical). The
-// first call learns the layout from the Store.
+// a group of equal hosts of several ranks (zcoll.Hosts.Hierarchical, judged
+// once, when the layout is learned from the Store by the first call).
 func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	if c.flat || op.Dev != nil {
 		return nil, nil
@@ -107,12 +111,10 @@ func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	default:
 		return nil, nil
 	}
-	h, err := c.Hosts(ctx)
-	if err != nil {
+	if _, err := c.Hosts(ctx); err != nil {
 		return nil, err
 	}
-	if hs := zcoll.Hosts(h); hs.Hierarchical(c.cfg.Size) {
-		return hs, nil
-	}
-	return nil, nil
+	c.layout.mu.Lock()
+	defer c.layout.mu.Unlock()
+	return c.layout.hier, nil
 }

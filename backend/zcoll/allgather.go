@@ -29,19 +29,10 @@ func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
 	if err != nil {
 		return err
 	}
-	if err := need(op, "In", len(a.In), 1); err != nil {
-		return err
-	}
-	if err := need(op, "Out", len(a.Out), r.n); err != nil {
+	if err := checkAllGather(r, &a, r.n, r.me); err != nil {
 		return err
 	}
 	in := a.In[0]
-	if len(a.Out[r.me]) != len(in) {
-		return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[%d] %d", op, len(in), r.me, len(a.Out[r.me]))
-	}
-	if err := r.wholeElements(a.Out...); err != nil {
-		return err
-	}
 	if r.n-1 > maxSteps {
 		return fmt.Errorf("zcoll: %s: group of %d is too large for the ring", op, r.n)
 	}
@@ -62,6 +53,21 @@ func AllGather(ctx context.Context, c collective.VarConn, a Args) error {
 	r.gatherRing(g, gctx, a.Out, in)
 	g.Go(local) // no other goroutine writes Out[me]
 	return g.Wait()
+}
+
+// checkAllGather validates an all-gather's operands on rank me of n
+// (AllGather's contract); r checks the lengths against its framing.
+func checkAllGather(r *run, a *Args, n, me int) error {
+	if err := need(r.op, "In", len(a.In), 1); err != nil {
+		return err
+	}
+	if err := need(r.op, "Out", len(a.Out), n); err != nil {
+		return err
+	}
+	if len(a.Out[me]) != len(a.In[0]) {
+		return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[%d] %d", r.op, len(a.In[0]), me, len(a.Out[me]))
+	}
+	return r.wholeElements(a.Out...)
 }
 
 // gatherRing starts, in sp, the ring all-gather of blocks dst (dst[b] is

@@ -42,21 +42,9 @@ func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 	if err != nil {
 		return err
 	}
-	if err := need(op, "In", len(a.In), 1); err != nil {
+	data, err := checkAllReduce(op, &a)
+	if err != nil {
 		return err
-	}
-	if err := need(op, "Out", len(a.Out), 1); err != nil {
-		return err
-	}
-	data := a.Out[0]
-	if len(a.In[0]) != len(data) {
-		return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[0] %d", op, len(a.In[0]), len(data))
-	}
-	if err := checkReduce(op, &a, len(data)); err != nil {
-		return err
-	}
-	if bufs.Overlaps(a.In[0], data) && !bufs.Same(a.In[0], data) {
-		return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[0]", op)
 	}
 	if !bufs.Same(a.In[0], data) {
 		if err := r.copyData(data, a.In[0]); err != nil {
@@ -85,6 +73,28 @@ func AllReduce(ctx context.Context, c collective.VarConn, a Args) error {
 			return nil
 		},
 	})
+}
+
+// checkAllReduce validates an all-reduce's operands (AllReduce's contract)
+// and returns its buffer, Out[0].
+func checkAllReduce(op string, a *Args) ([]byte, error) {
+	if err := need(op, "In", len(a.In), 1); err != nil {
+		return nil, err
+	}
+	if err := need(op, "Out", len(a.Out), 1); err != nil {
+		return nil, err
+	}
+	data := a.Out[0]
+	if len(a.In[0]) != len(data) {
+		return nil, fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[0] %d", op, len(a.In[0]), len(data))
+	}
+	if err := checkReduce(op, a, len(data)); err != nil {
+		return nil, err
+	}
+	if bufs.Overlaps(a.In[0], data) && !bufs.Same(a.In[0], data) {
+		return nil, fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[0]", op)
+	}
+	return data, nil
 }
 
 // agLead is how many segments the reduce-scatter may send ahead of the

@@ -243,21 +243,9 @@ func HierAllReduce(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 	if err != nil {
 		return err
 	}
-	if err := need(op, "In", len(a.In), 1); err != nil {
+	data, err := checkAllReduce(op, &a)
+	if err != nil {
 		return err
-	}
-	if err := need(op, "Out", len(a.Out), 1); err != nil {
-		return err
-	}
-	data := a.Out[0]
-	if len(a.In[0]) != len(data) {
-		return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[0] %d", op, len(a.In[0]), len(data))
-	}
-	if err := checkReduce(op, &a, len(data)); err != nil {
-		return err
-	}
-	if bufs.Overlaps(a.In[0], data) && !bufs.Same(a.In[0], data) {
-		return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[0]", op)
 	}
 	if !bufs.Same(a.In[0], data) {
 		copy(data, a.In[0])
@@ -302,22 +290,8 @@ func HierReduceScatter(ctx context.Context, c collective.VarConn, a Args, h Host
 	if err != nil {
 		return err
 	}
-	if err := need(op, "In", len(a.In), c.Size()); err != nil {
-		return err
-	}
-	if err := need(op, "Out", len(a.Out), 1); err != nil {
-		return err
-	}
-	out := a.Out[0]
-	for j, b := range a.In {
-		if len(b) != len(out) {
-			return fmt.Errorf("zcoll: %s: In[%d] has %d bytes, Out[0] %d", op, j, len(b), len(out))
-		}
-		if bufs.Overlaps(out, b) && !(j == c.Rank() && bufs.Same(out, b)) {
-			return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[%d]", op, j)
-		}
-	}
-	if err := checkReduce(op, &a, len(out)); err != nil {
+	out, err := checkReduceScatter(op, &a, c.Size(), c.Rank())
+	if err != nil {
 		return err
 	}
 	if len(out) == 0 {
@@ -360,21 +334,12 @@ func HierAllGather(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 	if err != nil {
 		return err
 	}
-	if err := need(op, "In", len(a.In), 1); err != nil {
-		return err
-	}
-	if err := need(op, "Out", len(a.Out), c.Size()); err != nil {
-		return err
-	}
-	me := c.Rank()
-	if len(a.Out[me]) != len(a.In[0]) {
-		return fmt.Errorf("zcoll: %s: In[0] has %d bytes, Out[%d] %d", op, len(a.In[0]), me, len(a.Out[me]))
-	}
 	r, err := x.inter(0)
 	if err != nil {
 		return err
 	}
-	if err := r.wholeElements(a.Out...); err != nil {
+	me := c.Rank()
+	if err := checkAllGather(r, &a, c.Size(), me); err != nil {
 		return err
 	}
 	if !bufs.Same(a.Out[me], a.In[0]) {

@@ -29,25 +29,9 @@ func ReduceScatter(ctx context.Context, c collective.VarConn, a Args) error {
 	if err != nil {
 		return err
 	}
-	if err := need(op, "In", len(a.In), r.n); err != nil {
+	out, err := checkReduceScatter(op, &a, r.n, r.me)
+	if err != nil {
 		return err
-	}
-	if err := need(op, "Out", len(a.Out), 1); err != nil {
-		return err
-	}
-	out := a.Out[0]
-	for j, b := range a.In {
-		if len(b) != len(out) {
-			return fmt.Errorf("zcoll: %s: In[%d] has %d bytes, Out[0] %d", op, j, len(b), len(out))
-		}
-	}
-	if err := checkReduce(op, &a, len(out)); err != nil {
-		return err
-	}
-	for j, in := range a.In {
-		if bufs.Overlaps(out, in) && !(j == r.me && bufs.Same(out, in)) {
-			return fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[%d]", op, j)
-		}
 	}
 	if r.n == 1 || len(out) == 0 {
 		if !bufs.Same(out, a.In[r.me]) {
@@ -56,6 +40,32 @@ func ReduceScatter(ctx context.Context, c collective.VarConn, a Args) error {
 		return nil
 	}
 	return r.reduceScatter(ctx, a.Op, a.In, out, rsHooks{})
+}
+
+// checkReduceScatter validates a reduce-scatter's operands on rank me of n
+// (ReduceScatter's contract) and returns its output, Out[0].
+func checkReduceScatter(op string, a *Args, n, me int) ([]byte, error) {
+	if err := need(op, "In", len(a.In), n); err != nil {
+		return nil, err
+	}
+	if err := need(op, "Out", len(a.Out), 1); err != nil {
+		return nil, err
+	}
+	out := a.Out[0]
+	for j, b := range a.In {
+		if len(b) != len(out) {
+			return nil, fmt.Errorf("zcoll: %s: In[%d] has %d bytes, Out[0] %d", op, j, len(b), len(out))
+		}
+	}
+	if err := checkReduce(op, a, len(out)); err != nil {
+		return nil, err
+	}
+	for j, in := range a.In {
+		if bufs.Overlaps(out, in) && !(j == me && bufs.Same(out, in)) {
+			return nil, fmt.Errorf("zcoll: %s: Out[0] partially overlaps In[%d]", op, j)
+		}
+	}
+	return out, nil
 }
 
 // paceLag is how many segments one stream of a reduce-scatter may run
