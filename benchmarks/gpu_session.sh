@@ -10,7 +10,8 @@
 # timed, none stopping the others:
 #   1. the gpu-tagged Go kernel tests and tests/test_gpu.py (make test-gpu:
 #      the kernels, the NCCL, staged and coded paths, a mixed job);
-#   2. the kernel benchmark (python -m zipccl bench kernels), bf16;
+#   2. the kernel benchmark (python -m zipccl bench kernels), bf16; or,
+#      when .gpu/ab/ holds builds, those builds side by side (kernel_ab);
 #   3. the coded path's benchmark: 2 ranks sharing the GPU, each in its own
 #      network namespace behind a shaped link (1 and 10 Gbit/s), bf16
 #      64 MiB, GPU-coded zipccl, zipccl staged uncoded and gloo on CUDA
@@ -94,6 +95,32 @@ build_ext() {
   [ -n "$so" ] && strip --strip-debug -o "$OUT/$(basename "$so")" "$so" 2>/dev/null
 }
 
+# Kernel builds side by side: the one `prepare` built ("new") and every
+# .gpu/ab/NAME.so put there by hand (base.so: the one to beat), AB_ROUNDS
+# rounds (default 2), the order reversed every other round, then their
+# means and ratios.
+kernel_ab() {
+  local libs=(.gpu/libzipccl_cuda.so .gpu/ab/*.so) round lib
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    local order=("${libs[@]}")
+    if [ $((round % 2)) = 0 ]; then
+      order=()
+      for ((i = ${#libs[@]} - 1; i >= 0; i--)); do order+=("${libs[$i]}"); done
+    fi
+    for lib in "${order[@]}"; do
+      local name=new
+      [ "$lib" = .gpu/libzipccl_cuda.so ] || name=$(basename "$lib" .so)
+      log "kernel A/B round $round: $name"
+      ZIPCCL_CUDA_LIB=$ROOT/$lib timeout 240 python3 -m zipccl bench kernels \
+        --dtype "${AB_DTYPES:-bfloat16,float16,float32,float8_e4m3fn}" --sizes-mib "${BENCH_SIZES:-64,256,1024}" \
+        --csv "$W/ab-$round-$name.csv" >"$W/ab-$round-$name.log" 2>&1
+      log "rc=$?"
+      grep -E "differs|NOT|Error|error" "$W/ab-$round-$name.log" | head -5 | tee -a "$W/log.txt"
+    done
+  done
+  python3 benchmarks/kernel_ab.py "$W"/ab-*.csv 2>&1 | tee -a "$W/log.txt" "$W/ab-summary.txt"
+}
+
 run() {
   OUT=${OUT:-/tmp/zipccl-gpu}
   W=$(mktemp -d /tmp/zipccl-gpu-work.XXXX)
@@ -124,13 +151,17 @@ run() {
   log "pytest rc=$?"
   grep -E '^(FAILED|ERROR|SKIPPED)|passed|failed' "$W/pytest.log" | tee -a "$W/log.txt"
 
-  log "kernel benchmark"
-  timeout 120 python3 -m zipccl bench kernels --dtype bfloat16 --sizes-mib "${BENCH_SIZES:-64,256,1024}" \
-    --csv "$W/kernels-bfloat16.csv" 2>&1 | tail -6 | tee -a "$W/log.txt"
+  if [ -d .gpu/ab ]; then
+    kernel_ab
+  else
+    log "kernel benchmark"
+    timeout 120 python3 -m zipccl bench kernels --dtype bfloat16 --sizes-mib "${BENCH_SIZES:-64,256,1024}" \
+      --csv "$W/kernels-bfloat16.csv" 2>&1 | tail -6 | tee -a "$W/log.txt"
+  fi
 
   fi
   local size=${COLL_SIZE:-64M}
-  for rate in ${COLL_RATES:-1gbit 10gbit}; do
+  for rate in ${COLL_RATES-1gbit 10gbit}; do
     local ops=all_gather,all_reduce
     [ "$rate" = 1gbit ] && ops=${COLL_OPS:-all_gather,all_reduce,reduce_scatter,all_to_all,broadcast}
     log "collectives: 2 ranks on one GPU, $rate, $ops, $size"

@@ -354,7 +354,7 @@ zccl_status decode_common(zccl_ctx* ctx, int dtype, int nchunks, const int64_t* 
     p.ticket = (uint32_t*)(w + b.off);
     p.states = (uint64_t*)(w + b.off + 128);
     size_t smem = zc::dec_smem_bytes(nsrc);
-    int per_sm = zc_backend::dec_ctas_per_sm(dtype, smem);
+    int per_sm = zc_backend::dec_ctas_per_sm(dtype, smem, nsrc > 1);
     if (per_sm < 0) return backend_fail();
     int grid = grid_for(b.units, ctx->info.sm_count, per_sm);
     if (zc_backend::launch_decode(dtype, p, grid, smem, stream) != 0) return backend_fail();

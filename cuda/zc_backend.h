@@ -37,7 +37,7 @@ int dev_free(void* p);
 int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t s);
-int dec_ctas_per_sm(int dtype, size_t smem);  // occupancy for a given shared-memory size
+int dec_ctas_per_sm(int dtype, size_t smem, bool reduce);  // occupancy for a given shared-memory size
 const char* build_info();
 
 void set_error(const char* fmt, ...);

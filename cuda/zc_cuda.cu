@@ -141,9 +141,10 @@ int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl
   return e == cudaSuccess ? 0 : cuda_fail(e, "decode kernel launch");
 }
 
-int dec_ctas_per_sm(int dtype, size_t smem) {
+int dec_ctas_per_sm(int dtype, size_t smem, bool reduce) {
   int n = 0;
-  cudaError_t e = dispatch(dtype, [&](auto dt) { return zc_launch::occupancy<decltype(dt)::value>(1, smem, &n); });
+  cudaError_t e =
+      dispatch(dtype, [&](auto dt) { return zc_launch::occupancy<decltype(dt)::value>(reduce ? 2 : 1, smem, &n); });
   if (e != cudaSuccess) {
     cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return -1;

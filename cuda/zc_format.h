@@ -422,6 +422,12 @@ ZC_HD ZC_INLINE float combine(bool mul, float x, float y) {
 }
 
 ZC_HD ZC_INLINE float f16_to_f32(uint32_t h) {
+#if ZC_DEVICE_PASS
+  // the instruction is exact but for a NaN's payload: that one bitwise
+  const uint32_t n = h & 0x7FFFu;
+  const float f = cvt_f16_f32(h);
+  return n > 0x7C00u ? as_float(((h & 0x8000u) << 16) | ((n << 13) + (224u << 23)) | 0x00400000u) : f;
+#else
   uint32_t em = h & 0x7FFFu;
   uint32_t r = (em << 13) + (112u << 23);
   if (em >= 0x7C00u) {
@@ -431,6 +437,7 @@ ZC_HD ZC_INLINE float f16_to_f32(uint32_t h) {
     r = as_u32(fmul_rn((float)em, 5.9604644775390625e-8f));  // em * 2^-24, exact
   }
   return as_float(((h & 0x8000u) << 16) | r);
+#endif
 }
 
 ZC_HD ZC_INLINE float e4m3_to_f32(uint32_t v) {
@@ -461,6 +468,12 @@ ZC_HD ZC_INLINE uint32_t f32_to_bf16(float f) {
 }
 
 ZC_HD ZC_INLINE uint32_t f32_to_f16(float f) {
+#if ZC_DEVICE_PASS
+  // the instruction rounds as below; a NaN keeps its payload bitwise
+  const uint32_t v = as_u32(f), n = v & 0x7FFFFFFFu;
+  const uint32_t h = cvt_f32_f16(f);
+  return n > 0x7F800000u ? (((v >> 16) & 0x8000u) | 0x7E00u | ((n >> 13) & 0x3FFu)) : h;
+#else
   uint32_t u = as_u32(f);
   uint32_t a = u & 0x7FFFFFFFu;
   uint32_t sign = (u >> 16) & 0x8000u;
@@ -480,6 +493,7 @@ ZC_HD ZC_INLINE uint32_t f32_to_f16(float f) {
   uint32_t half = 1u << (s - 1);
   if (r > half || (r == half && (q & 1u))) q++;
   return sign | q;
+#endif
 }
 
 ZC_HD ZC_INLINE uint32_t f32_to_e4m3(float f) {

@@ -19,13 +19,11 @@
 
 namespace {
 
-// 256 threads. Decode: at most 128 registers so that two CTAs fit on an
-// SM (at three, 80 registers, it spilled and lost: benchmarks/RESULTS.md
-// (f2)). Encode of 8- and 16-bit types: four CTAs per SM (64 registers, 8
-// bytes of spills at most), whose warps cover each other's waits at the
-// window and the look-back: 4 to 24 % faster than two on an H100 from 64
-// MiB up (RESULTS.md (f3)). float32's encode spills 80 or 208 bytes at 80
-// or 64 registers and loses 15 to 45 %, so it keeps two.
+// 256 threads. Encode of 8- and 16-bit types: four CTAs per SM (64
+// registers, 8 bytes of spills at most), whose warps cover each other's
+// waits at the window and the look-back: 4 to 24 % faster than two on an
+// H100 from 64 MiB up (RESULTS.md (f3)). float32's encode spills 80 or 208
+// bytes at 80 or 64 registers and loses 15 to 45 %, so it keeps two.
 template <int DT>
 constexpr int enc_ctas_per_sm() {
   return zc::fmt_of(DT).size == 4 ? 2 : 4;
@@ -41,9 +39,25 @@ __global__ void __launch_bounds__(zc::kThreads, 2) k_fallback(const __grid_const
   zc::fallback_cta<DT>(p);
 }
 
+// Decode and decode+reduce are two kernels of one body (decode_cta), so
+// that a plain decode's registers are not sized by the reduce's code. It
+// then fits 80 registers at three CTAs per SM, which bfloat16 and the
+// float8 types take (decode 1.09 to 1.16x of two from 256 MiB up on an
+// H100); float16 (12 bytes of spills) and float32 (76) lose at three and
+// keep two (RESULTS.md (f6)). decode+reduce keeps two at 128 registers.
 template <int DT>
-__global__ void __launch_bounds__(zc::kThreads, 2) k_decode(const __grid_constant__ zc::DecParams p) {
-  zc::decode_cta<DT>(p);
+constexpr int dec_ctas_per_sm() {
+  return zc::fmt_of(DT).size == 1 || DT == zc::DT_BF16 ? 3 : 2;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(zc::kThreads, dec_ctas_per_sm<DT>()) k_decode(const __grid_constant__ zc::DecParams p) {
+  zc::decode_cta<DT, false>(p);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(zc::kThreads, 2) k_reduce(const __grid_constant__ zc::DecParams p) {
+  zc::decode_cta<DT, true>(p);
 }
 
 // Shared memory above the 48 KiB default needs an opt-in per kernel.
@@ -75,9 +89,10 @@ cudaError_t fallback<ZC_DT>(const zc::EncParams& p, int grid, cudaStream_t s) {
 
 template <>
 cudaError_t decode<ZC_DT>(const zc::DecParams& p, int grid, size_t smem, cudaStream_t s) {
-  cudaError_t e = ensure_smem(k_decode<ZC_DT>, smem);
+  auto kernel = p.nsrc > 1 ? k_reduce<ZC_DT> : k_decode<ZC_DT>;
+  cudaError_t e = ensure_smem(kernel, smem);
   if (e != cudaSuccess) return e;
-  k_decode<ZC_DT><<<grid, zc::kThreads, smem, s>>>(p);
+  kernel<<<grid, zc::kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }
 
@@ -89,8 +104,9 @@ cudaError_t occupancy<ZC_DT>(int which, size_t smem, int* per_sm) {
     if (e == cudaSuccess)
       e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k_encode<ZC_DT>, zc::kThreads, zc::enc_smem_bytes());
   } else {
-    e = ensure_smem(k_decode<ZC_DT>, smem);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k_decode<ZC_DT>, zc::kThreads, smem);
+    auto kernel = which == 2 ? k_reduce<ZC_DT> : k_decode<ZC_DT>;
+    e = ensure_smem(kernel, smem);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, zc::kThreads, smem);
   }
   return e;
 }

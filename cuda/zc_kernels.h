@@ -945,13 +945,16 @@ struct FastIn {
   U4 r16[8];          // R16 halves (float32)
 };
 
-template <int DT>
+// Loads the static data of groups 2t+K0 .. 2t+K1-1 of thread t (a
+// decode takes both, a reduce one at a time: the other's registers stay
+// dead).
+template <int DT, int K0 = 0, int K1 = 2>
 ZC_HD ZC_INLINE void fast_load(FastIn<DT>& in, const uint8_t* rec) {
   constexpr Fmt F = fmt_of(DT);
   const Zip3Layout L = zip3_layout(F, kZip3Block);
   const int64_t g = 2 * (int64_t)tid();
 ZC_UNROLL
-  for (int k = 0; k < 2; k++) {
+  for (int k = K0; k < K1; k++) {
 ZC_UNROLL
     for (int j = 0; j < 3; j++) in.pw[j][k] = *(const uint32_t*)(rec + L.planes + j * L.plane_len + 4 * (g + k));
 ZC_UNROLL
@@ -959,11 +962,11 @@ ZC_UNROLL
   }
   if (F.r8) {
 ZC_UNROLL
-    for (int i = 0; i < 4; i++) in.r8[i] = ld16(rec + L.r8 + (int64_t)kFastElems * tid() + 16 * i);
+    for (int i = 2 * K0; i < 2 * K1; i++) in.r8[i] = ld16(rec + L.r8 + (int64_t)kFastElems * tid() + 16 * i);
   }
   if (F.r16) {
 ZC_UNROLL
-    for (int i = 0; i < 8; i++) in.r16[i] = ld16(rec + L.r16 + 2 * (int64_t)kFastElems * tid() + 16 * i);
+    for (int i = 4 * K0; i < 4 * K1; i++) in.r16[i] = ld16(rec + L.r16 + 2 * (int64_t)kFastElems * tid() + 16 * i);
   }
 }
 
@@ -997,19 +1000,22 @@ ZC_HD ZC_INLINE void load_escapes(const uint8_t* esc, uint32_t base, uint32_t fr
 // convergence barrier per element). Every 8 elements the warp checks that
 // each lane's window holds that stretch's escapes; a lane past it reloads
 // (rare: more than 8 escapes among a thread's 64 elements).
-template <int DT>
-ZC_HD ZC_INLINE void fast_decode_elems(const FastIn<DT>& in, const uint32_t* em, uint32_t mine, uint32_t base,
-                                       uint32_t cnt, const uint8_t* esc, Window win, uint32_t ft0, uint32_t ft1,
-                                       const uint32_t* crc_t, uint8_t* dst, uint32_t& crc, bool& overrun,
-                                       bool& badval) {
+//
+// Groups K0..K1-1 of the thread's two; used is the number of its escapes in
+// the groups before K0. Each 16 decoded bytes go to sink(x, wd): x is the
+// first of their elements among the thread's 64, wd the bytes.
+template <int DT, int K0, int K1, class Sink>
+ZC_HD ZC_INLINE void fast_decode_elems(const FastIn<DT>& in, const uint32_t* em, uint32_t used, uint32_t mine,
+                                       uint32_t base, uint32_t cnt, const uint8_t* esc, Window win, uint32_t ft0,
+                                       uint32_t ft1, Sink& sink, bool& overrun, bool& badval) {
   constexpr Fmt F = fmt_of(DT);
   constexpr int SZ = F.size;
   constexpr int V = 16 / SZ;  // elements per 16-byte store
   uint32_t e0, e1;
-  load_escapes<DT>(esc, base, 0, mine, cnt, win, e0, e1, overrun, badval);
-  uint32_t used = 0, wb = 0;  // escapes taken; the escape number of e0's first byte
+  load_escapes<DT>(esc, base, used, mine, cnt, win, e0, e1, overrun, badval);
+  uint32_t wb = used;  // the escape number of e0's first byte
 ZC_UNROLL
-  for (int k = 0; k < 2; k++) {
+  for (int k = K0; k < K1; k++) {
 ZC_UNROLL
     for (int v = 0; v < 32 / V; v++) {
       uint32_t wd[4] = {0, 0, 0, 0};
@@ -1037,13 +1043,23 @@ ZC_UNROLL
         const uint32_t r16 = F.r16 ? (u4_word(in.r16[x / 8], (x / 2) % 4) >> (16 * (x % 2))) & 0xFFFFu : 0u;
         wd[(e * SZ) / 4] |= elem_assemble(F, field & max_field(F), r8, r16, q) << (8 * ((e * SZ) % 4));
       }
-ZC_UNROLL
-      for (int j = 0; j < 4; j++) crc = crc_update_word(crc_t, crc, wd[j]);
-      const U4 out = {wd[0], wd[1], wd[2], wd[3]};
-      st16(dst + (int64_t)(32 * k + v * V) * SZ, out);
+      sink(32 * k + v * V, wd);
     }
   }
 }
+
+// fast_decode_elems' sink of a plain decode: hash, store.
+struct StoreSink {
+  const uint32_t* crc_t;
+  uint8_t* dst;
+  int size;
+  uint32_t crc;
+  ZC_HD ZC_INLINE void operator()(int x, const uint32_t* wd) {
+ZC_UNROLL
+    for (int j = 0; j < 4; j++) crc = crc_update_word(crc_t, crc, wd[j]);
+    st16(dst + (int64_t)x * size, U4{wd[0], wd[1], wd[2], wd[3]});
+  }
+};
 
 // Decodes the block whose static record is rec into block_dst, and checks
 // it as phases C and D of decode_cta do.
@@ -1067,8 +1083,9 @@ ZC_UNROLL
   const uint32_t cnt = ss.cnt;
   const uint8_t* esc = ss.dyn + ss.prefix;  // phase B checked prefix + cnt <= dyn_len
   bool overrun = false, badval = false;
-  uint32_t crc = 0;
-  fast_decode_elems<DT>(in, em, mine, base, cnt, esc, win, ss.ftab[0], ss.ftab[1], sm.crc_t, dst, crc, overrun, badval);
+  StoreSink sink = {sm.crc_t, dst, SZ, 0};
+  fast_decode_elems<DT, 0, 2>(in, em, 0, mine, base, cnt, esc, win, ss.ftab[0], ss.ftab[1], sink, overrun, badval);
+  const uint32_t crc = sink.crc;
   if (ballot(overrun) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_OVERRUN);
   if (ballot(badval) != 0 && ln == 0) report_error(P.status, E_CORRUPT, who, u, D_ESC_VALUE);
   const CrcAcc acc = {crc, 0, 0};
@@ -1084,7 +1101,150 @@ ZC_UNROLL
   }
 }
 
+// ---------------------------------------------------------------- decode+reduce: the direct path
+//
+// A full block whose sources are all zip3 records or plain elements, each
+// 16-byte aligned, as is the output: every block but the last of a
+// reduce-scatter's fold. Thread t owns elements [64t, 64t+64), as in the
+// direct decode, and folds them source by source in rank order, one group
+// of 32 at a time: 32 fp32 accumulators fit in registers, 64 would spill.
+// Each zip3 source's escapes are scanned once, up front; its escape base
+// and its running CRC wait in shared memory between the two groups.
+
+// fast_decode_elems' sink of a reduce: hashes (zip3 sources), widens and
+// folds into acc; the last source narrows and stores.
+template <int DT, int K, bool HASH>
+struct FoldSink {
+  float (&acc)[32];  // group K's accumulators
+  const uint32_t* crc_t;
+  uint8_t* dst;  // the thread's 64 elements
+  bool first, last, mul;
+  uint32_t crc;
+  ZC_HD ZC_INLINE void operator()(int x, const uint32_t* wd) {
+    constexpr int SZ = fmt_of(DT).size;
+    constexpr int V = 16 / SZ;
+    constexpr uint32_t M = SZ == 4 ? 0xFFFFFFFFu : (1u << (8 * SZ)) - 1u;
+    if (HASH) {
+ZC_UNROLL
+      for (int j = 0; j < 4; j++) crc = crc_update_word(crc_t, crc, wd[j]);
+    }
+ZC_UNROLL
+    for (int e = 0; e < V; e++) {
+      const float y = widen(DT, (wd[(e * SZ) / 4] >> (8 * ((e * SZ) % 4))) & M);
+      float& a = acc[x - 32 * K + e];
+      a = first ? y : combine(mul, a, y);
+    }
+    if (last) {
+      uint32_t o[4] = {0, 0, 0, 0};
+ZC_UNROLL
+      for (int e = 0; e < V; e++) o[(e * SZ) / 4] |= narrow(DT, acc[x - 32 * K + e]) << (8 * ((e * SZ) % 4));
+      st16(dst + (int64_t)x * SZ, U4{o[0], o[1], o[2], o[3]});
+    }
+  }
+};
+
+// Folds group K (elements 32K..32K+31 of the thread's 64) of every source.
+// scan[2 * (r * kThreads + t)]: source r's escape base for thread t (bits
+// 0..15), its escapes in group 0 (16..23) and in both groups (24..31);
+// the next word its running CRC.
+template <int DT, int K>
+ZC_HD ZC_INLINE void fast_reduce_group(const DecParams& P, int64_t u, uint8_t* dst, uint32_t* scan,
+                                       DecSmemHead& sm) {
+  constexpr int SZ = fmt_of(DT).size;
+  constexpr int V = 16 / SZ;
+  const bool mul = P.op == OP_PRODUCT;
+  float acc[32];
+  for (int r = 0; r < P.nsrc; r++) {
+    const SrcState& ss = sm.s[r];
+    const bool first = r == 0, last = r == P.nsrc - 1;
+    uint32_t* sc = scan + 2 * ((int64_t)r * kThreads + tid());
+    if (ss.kind == KIND_ZIP3) {
+      FastIn<DT> in = {};
+      fast_load<DT, K, K + 1>(in, ss.st + ss.index_len + u * ss.full_len);
+      uint32_t em[2] = {0, 0};
+      em[K] = ~(in.pw[0][K] | in.pw[1][K] | in.pw[2][K]);
+      const uint32_t s0 = sc[0];
+      FoldSink<DT, K, true> sink = {acc, sm.crc_t, dst, first, last, mul, K == 0 ? 0u : sc[1]};
+      bool overrun = false, badval = false;
+      fast_decode_elems<DT, K, K + 1>(in, em, K == 0 ? 0u : (s0 >> 16) & 0xFFu, s0 >> 24, s0 & 0xFFFFu, ss.cnt,
+                                      ss.dyn + ss.prefix, Window{ss.win_mode, ss.win_base}, ss.ftab[0], ss.ftab[1],
+                                      sink, overrun, badval);
+      sc[1] = sink.crc;
+      if (ballot(overrun) != 0 && lane() == 0) report_error(P.status, E_CORRUPT, P.chunk_base + r, u, D_ESC_OVERRUN);
+      if (ballot(badval) != 0 && lane() == 0) report_error(P.status, E_CORRUPT, P.chunk_base + r, u, D_ESC_VALUE);
+    } else {  // plain elements
+      const uint8_t* src = ss.st + (u * kZip3Block + (int64_t)kFastElems * tid()) * SZ;
+      FoldSink<DT, K, false> sink = {acc, nullptr, dst, first, last, mul, 0};
+      U4 d[32 / V];
+ZC_UNROLL
+      for (int v = 0; v < 32 / V; v++) d[v] = ld16(src + (int64_t)(32 * K + v * V) * SZ);
+ZC_UNROLL
+      for (int v = 0; v < 32 / V; v++) {
+        const uint32_t wd[4] = {d[v].x, d[v].y, d[v].z, d[v].w};
+        sink(32 * K + v * V, wd);
+      }
+    }
+  }
+}
+
+// Folds one full block of every source into block_dst (sources and output
+// checked by decode_cta to suit the direct path) and checks each zip3
+// source's escape count and CRC, as phase D does.
 template <int DT>
+ZC_HD ZC_INLINE void fast_reduce_unit(const DecParams& P, int64_t u, uint8_t* block_dst, DecSmemHead& sm, uint32_t* scan) {
+  constexpr Fmt F = fmt_of(DT);
+  constexpr int SZ = F.size;
+  constexpr int CLS = size_class(SZ);
+  const Zip3Layout L = zip3_layout(F, kZip3Block);
+  // every source's escape scan with one barrier: warp totals in the tiled
+  // path's staging area, which is idle here
+  uint32_t* wcnt = reinterpret_cast<uint32_t*>(sm.stage);
+  for (int r = 0; r < P.nsrc; r++) {
+    const SrcState& ss = sm.s[r];
+    if (ss.kind != KIND_ZIP3) continue;
+    const uint8_t* pl = ss.st + ss.index_len + u * ss.full_len + L.planes + 8 * (int64_t)tid();
+    const uint32_t* p0 = (const uint32_t*)pl;
+    const uint32_t* p1 = (const uint32_t*)(pl + L.plane_len);
+    const uint32_t* p2 = (const uint32_t*)(pl + 2 * L.plane_len);
+    const uint32_t e0 = popc(~(p0[0] | p1[0] | p2[0])), mine = e0 + popc(~(p0[1] | p1[1] | p2[1]));
+    uint32_t incl = mine;
+    for (unsigned d = 1; d < 32; d <<= 1) {
+      const uint32_t o = shfl_up(incl, d);
+      if (lane() >= d) incl += o;
+    }
+    if (lane() == 31) wcnt[r * kWarps + warp()] = incl;
+    scan[2 * ((int64_t)r * kThreads + tid())] = (incl - mine) | e0 << 16 | mine << 24;
+  }
+  sync();
+  for (int r = 0; r < P.nsrc; r++) {
+    if (sm.s[r].kind != KIND_ZIP3) continue;
+    uint32_t total;
+    scan[2 * ((int64_t)r * kThreads + tid())] += warp_offsets(wcnt + r * kWarps, &total);
+    if (tid() == 0) sm.s[r].esc_run = total;
+  }
+  uint8_t* dst = block_dst + (int64_t)kFastElems * SZ * tid();
+  fast_reduce_group<DT, 0>(P, u, dst, scan, sm);
+  fast_reduce_group<DT, 1>(P, u, dst, scan, sm);
+  for (int r = 0; r < P.nsrc; r++) {
+    const SrcState& ss = sm.s[r];
+    if (ss.kind != KIND_ZIP3) continue;
+    const CrcAcc acc = {scan[2 * ((int64_t)r * kThreads + tid()) + 1], 0, 0};
+    const uint32_t got = crc_block(acc, P.crc->kb[CLS][tid()], kTile * SZ, kZip3Block * SZ, kZip3Block * SZ,
+                                   P.crc->fin_zip3[CLS], sm.red);
+    if (tid() == 0) {
+      if (ss.esc_run != ss.cnt) {
+        report_error(P.status, E_CORRUPT, P.chunk_base + r, u, D_ESC_COUNT);
+      } else if (got != ss.crc) {
+        report_error(P.status, E_CHECKSUM, P.chunk_base + r, u, D_CRC);
+      }
+    }
+  }
+}
+
+// One body, two kernels (zc_kernels.cu): RED is P.nsrc > 1, so that a
+// plain decode's registers are allocated without the reduce's direct path,
+// and the other way round.
+template <int DT, bool RED>
 ZC_HD void decode_cta(const DecParams& P) {
   constexpr Fmt F = fmt_of(DT);
   constexpr int SZ = F.size;
@@ -1097,7 +1257,7 @@ ZC_HD void decode_cta(const DecParams& P) {
   crc_init_tables(sm.crc_t, sm.crc_s, P.crc, CLS);
   const uint32_t kt = P.crc->kt[CLS][tid()];
   const uint32_t fin_full = P.crc->fin_zip3[CLS];
-  const bool reduce = P.nsrc > 1;
+  constexpr bool reduce = RED;
   const int nsrc = reduce ? P.nsrc : 1;
   const bool mul = P.op == OP_PRODUCT;
   const int64_t total_units = P.unit0[P.nchunks];
@@ -1293,6 +1453,24 @@ ZC_HD void decode_cta(const DecParams& P) {
         }
       }
       sync();
+    }
+    if (RED && n == kZip3Block && align_of(P.dst[0]) == 16) {  // uniform: read after a barrier
+      bool direct = true;
+      for (int r = 0; r < nsrc && direct; r++) {
+        const SrcState& ss = sm.s[r];
+        if (ss.bad) {
+          direct = false;
+        } else if (ss.kind == KIND_ZIP3) {
+          direct = align_of(ss.st + ss.index_len + u * ss.full_len) == 16;
+        } else {
+          direct = ss.kind == -1 && align_of(ss.st) == 16;
+        }
+      }
+      if (direct) {
+        fast_reduce_unit<DT>(P, u, P.dst[0] + u * kZip3Block * SZ, sm, crc_acc);
+        sync();  // the unit's shared state is reused by the next one
+        continue;
+      }
     }
     if (fast && sm.s[0].kind == KIND_ZIP3 && !sm.s[0].bad) {  // uniform: read after a barrier
       // phase A's parse_header checked that the frame holds its static part

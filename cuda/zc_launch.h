@@ -13,9 +13,10 @@ template <int DT>
 cudaError_t encode(const zc::EncParams& p, int grid, cudaStream_t s);
 template <int DT>
 cudaError_t fallback(const zc::EncParams& p, int grid, cudaStream_t s);
+// Decode, or decode+reduce when p.nsrc > 1 (a kernel of its own).
 template <int DT>
 cudaError_t decode(const zc::DecParams& p, int grid, size_t smem, cudaStream_t s);
-// Resident CTAs per SM (0: encode, 1: decode with `smem` bytes).
+// Resident CTAs per SM (0: encode, 1: decode, 2: decode+reduce, with `smem` bytes).
 template <int DT>
 cudaError_t occupancy(int which, size_t smem, int* per_sm);
 

@@ -360,4 +360,21 @@ ZC_HD ZC_INLINE float fmul_rn(float a, float b) {
 #endif
 }
 
+#if ZC_DEVICE_PASS
+// The device's float16 conversions, one instruction each: IEEE round to
+// nearest even, subnormals kept. zc_format.h applies x86's rule to NaN.
+ZC_HD ZC_INLINE float cvt_f16_f32(uint32_t h) {
+  float f;
+  const unsigned short s = (unsigned short)h;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
+  return f;
+}
+
+ZC_HD ZC_INLINE uint32_t cvt_f32_f16(float f) {
+  unsigned short s;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(s) : "f"(f));
+  return s;
+}
+#endif
+
 }  // namespace zc

@@ -231,6 +231,13 @@ func cudaReduceCases() []cudaReduceCase {
 		{"r_e4m3_sum4", e4, reduce.Sum, 3000, []string{"gauss:7", "gauss:8", "special:7", "gauss:6"}, 206},
 		{"r_e5m2_sum3", e5, reduce.Sum, 3000, []string{"special:15", "gauss:14", "gauss:15"}, 207},
 		{"r_fp16_prod2", f16, reduce.Product, 1200, []string{"gauss:15", "special:15"}, 208},
+		// full blocks, for decode+reduce's direct path (every block but a tail)
+		{"r_bf16_sum4_blocks", bf, reduce.Sum, 3<<zip3BlockLog + 77, []string{"gauss:120", "wide:126", "special:125", "gauss:119"}, 209},
+		{"r_bf16_prod3_blocks", bf, reduce.Product, 2 << zip3BlockLog, []string{"tight:127", "tight:127", "special:126"}, 210},
+		{"r_fp16_sum3_blocks", f16, reduce.Sum, 2<<zip3BlockLog + 1, []string{"gauss:14", "special:12", "sparse:13"}, 211},
+		{"r_fp32_sum3_blocks", f32, reduce.Sum, 2<<zip3BlockLog + 5, []string{"special:127", "gauss:126", "gauss:120"}, 212},
+		{"r_e4m3_sum3_blocks", e4, reduce.Sum, 2 << zip3BlockLog, []string{"gauss:7", "special:8", "gauss:6"}, 213},
+		{"r_e5m2_sum2_blocks", e5, reduce.Sum, 1<<zip3BlockLog + 9, []string{"gauss:15", "special:15"}, 214},
 	}
 }
 

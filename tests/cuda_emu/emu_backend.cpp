@@ -171,11 +171,17 @@ int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t) 
 int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t) {
   Open open;
   return dispatch(dtype, [&](auto dt) {
-    zc_emu::launch((unsigned)grid, zc::kThreads, smem, [&] { zc::decode_cta<decltype(dt)::value>(p); });
+    zc_emu::launch((unsigned)grid, zc::kThreads, smem, [&] {
+      if (p.nsrc > 1) {
+        zc::decode_cta<decltype(dt)::value, true>(p);
+      } else {
+        zc::decode_cta<decltype(dt)::value, false>(p);
+      }
+    });
   });
 }
 
-int dec_ctas_per_sm(int, size_t) { return 1; }
+int dec_ctas_per_sm(int, size_t, bool) { return 1; }
 
 const char* build_info() { return "cuda_emu (CPU emulation of the kernels)"; }
 

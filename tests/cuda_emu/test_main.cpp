@@ -253,19 +253,22 @@ void test_reduce(const std::map<std::string, Bytes>& g, const std::string& name)
   }
   int64_t wsn = zccl_reduce_workspace_size(dtype, n, nsrc);
   DevBuf ws((size_t)wsn, 0, 0x77);
-  // variant 0: every source a frame; 1: split parts; 2: source (nsrc-1)/2 plain
-  for (int variant = 0; variant < 3; variant++) {
+  // variant 0: every source a frame; 1: split parts; 2: source (nsrc-1)/2
+  // plain; 3 and 4: 2 and 0 with every buffer 16-byte aligned (the direct
+  // path of full blocks: the others have misaligned sources or output)
+  for (int variant = 0; variant < 5; variant++) {
+    const bool aligned = variant >= 3;
     std::vector<DevBuf*> bufs;
     std::vector<zccl_source> srcs(nsrc);
     for (int r = 0; r < nsrc; r++) {
       const Bytes& f = frames[r];
-      if (variant == 0) {
-        DevBuf* b = new DevBuf(f.size(), (size_t)r * 4 % 16);
+      if (variant == 0 || variant == 4) {
+        DevBuf* b = new DevBuf(f.size(), aligned ? 0 : (size_t)r * 4 % 16);
         memcpy(b->p, f.data(), f.size());
         bufs.push_back(b);
         srcs[r] = zccl_source{ZCCL_SRC_FRAME, b->p, nullptr, (int64_t)f.size()};
-      } else if (variant == 2 && r == (nsrc - 1) / 2) {
-        DevBuf* b = new DevBuf(inputs[r].size(), (size_t)size);
+      } else if ((variant == 2 || variant == 3) && r == (nsrc - 1) / 2) {
+        DevBuf* b = new DevBuf(inputs[r].size(), aligned ? 0 : (size_t)size);
         memcpy(b->p, inputs[r].data(), inputs[r].size());
         bufs.push_back(b);
         srcs[r] = zccl_source{ZCCL_SRC_PLAIN, b->p, nullptr, 0};
@@ -286,7 +289,8 @@ void test_reduce(const std::map<std::string, Bytes>& g, const std::string& name)
     char msg[256] = "";
     zccl_status st = zccl_decode_reduce(g_ctx, dtype, op, srcs.data(), nsrc, n, dst.p, ws.p, wsn, nullptr, 0);
     zccl_status ks = zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg);
-    static const char* vn[] = {"frames", "split parts", "one plain source"};
+    static const char* vn[] = {"frames", "split parts", "one plain source", "one plain source, aligned",
+                               "frames, aligned"};
     check(st == ZCCL_OK && ks == ZCCL_OK, name + " (" + vn[variant] + "): status " + zccl_status_string(st) + " " + msg);
     std::string what = name + " (" + vn[variant] + "): decode+reduce output identical to Go's fold";
     check(same_bytes(dst.p, want_out.size(), want_out, what, dtype, false), what);
@@ -420,6 +424,71 @@ void test_index_reserved(std::map<std::string, CodecCase>& cases) {
   }
 }
 
+// A corrupt source of a decode+reduce is reported, naming it, by the
+// direct path (every buffer aligned) as by the tiled one (misaligned
+// frames): a flipped R8 bit (CRC), an escape byte holding a coded field,
+// and a group whose planes all read "escape" (more escapes than indexed).
+void test_reduce_corrupt(const std::map<std::string, Bytes>& g) {
+  const std::string name = "r_bf16_sum4_blocks";
+  if (!want(name) || g.find(name + "/meta") == g.end()) return;
+  auto m = golden::parse_meta(g.at(name + "/meta"));
+  const int dtype = std::stoi(m["dtype"]);
+  const int64_t n = std::stoll(m["n"]);
+  const int nsrc = (int)golden::split(m["dists"], ',').size();
+  const int bad_src = 1, blk = 1;
+  const Bytes& frame = g.at(name + "/frame/" + std::to_string(bad_src));
+  const zc::Fmt f = zc::fmt_of(dtype);
+  if (frame[5] != zc::KIND_ZIP3) return;
+  const zc::Plan pl = zc::plan_of(f, zc::KIND_ZIP3, n);
+  const zc::Zip3Layout L = zc::zip3_layout(f, zc::kZip3Block);
+  const size_t rec = zc::kHeaderLen + (size_t)pl.index_len + (size_t)(blk * pl.full_len);
+  const size_t entry = zc::kHeaderLen + (size_t)(zc::kIndexEntry * blk);
+  uint64_t before = 0;  // escapes of the blocks before blk
+  for (int b = 0; b < blk; b++) before += zc::get_u32(&frame[zc::kHeaderLen + zc::kIndexEntry * b + 4]);
+  const zc::Window win = {frame[entry + 8], frame[entry + 9]};
+  struct Bad {
+    const char* what;
+    Bytes bytes;
+    zccl_status want;
+    const char* detail;
+  };
+  std::vector<Bad> bads;
+  Bytes b1 = frame;
+  b1[rec + (size_t)L.r8 + 1000] ^= 0x10;
+  bads.push_back({"R8 bit", b1, ZCCL_ERR_CHECKSUM, "CRC-32C"});
+  if (zc::get_u32(&frame[entry + 4]) != 0) {
+    Bytes b2 = frame;
+    b2[zc::kHeaderLen + (size_t)pl.static_len + before] = (uint8_t)zc::field_of(win, 2);
+    bads.push_back({"escape value", b2, ZCCL_ERR_CORRUPT, "escape holds"});
+  }
+  Bytes b3 = frame;
+  for (int j = 0; j < 3; j++) memset(&b3[rec + (size_t)(L.planes + j * L.plane_len) + 4 * 100], 0, 4);
+  bads.push_back({"all-escape group", b3, ZCCL_ERR_CORRUPT, "escape"});
+  for (const Bad& bad : bads) {
+    for (bool aligned : {true, false}) {
+      std::vector<DevBuf*> bufs;
+      std::vector<zccl_source> srcs(nsrc);
+      for (int r = 0; r < nsrc; r++) {
+        const Bytes& fr = r == bad_src ? bad.bytes : g.at(name + "/frame/" + std::to_string(r));
+        DevBuf* b = new DevBuf(fr.size(), aligned ? 0 : 4);
+        memcpy(b->p, fr.data(), fr.size());
+        bufs.push_back(b);
+        srcs[r] = zccl_source{ZCCL_SRC_FRAME, b->p, nullptr, (int64_t)fr.size()};
+      }
+      int64_t wsn = zccl_reduce_workspace_size(dtype, n, nsrc);
+      DevBuf ws((size_t)wsn), dst((size_t)n * f.size);
+      char msg[256] = "";
+      zccl_status st = zccl_decode_reduce(g_ctx, dtype, 0, srcs.data(), nsrc, n, dst.p, ws.p, wsn, nullptr, 0);
+      zccl_status ks = st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
+      const std::string who = "chunk " + std::to_string(bad_src);
+      check(ks == bad.want && strstr(msg, bad.detail) != nullptr && strstr(msg, who.c_str()) != nullptr,
+            name + ": " + bad.what + " in source 1" + (aligned ? "" : " (tiled path)") + " reported as " +
+                class_of(bad.want) + " of " + who + ", got " + class_of(ks) + " (" + msg + ")");
+      for (DevBuf* b : bufs) delete b;
+    }
+  }
+}
+
 void test_api() {
   // argument checking, sizes, unsupported kinds
   int64_t cnt = 100;
@@ -540,6 +609,7 @@ int main(int argc, char** argv) {
   test_flips(g, cases);
   test_escape_values(cases);
   test_index_reserved(cases);
+  test_reduce_corrupt(g);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const zc_emu::Stats& s = zc_emu::stats();
   printf("cuda_emu: %llu launches, %llu blocks, %llu warp intrinsics, %llu barriers, %.1f s\n",

@@ -252,7 +252,8 @@ class KernelLib:
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes-mib", default="1,16,64,256", help="tensor sizes in MiB (default 1,16,64,256)")
     p.add_argument("--dtype", default="bfloat16",
-                   help="bfloat16 (default), float16, float32, float8_e4m3fn or float8_e5m2")
+                   help="bfloat16 (default), float16, float32, float8_e4m3fn or float8_e5m2; "
+                        "several, comma-separated, run one after the other")
     p.add_argument("--sigma", type=float, default=0.02, help="std of the Gaussian data (default 0.02)")
     p.add_argument("--sources", type=int, default=4, help="frames reduced by decode+reduce (default 4)")
     p.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (default 20)")
@@ -282,20 +283,38 @@ def run(args: argparse.Namespace) -> int:
     if path is None:
         print("kernel benchmark: libzipccl_cuda.so not found; run `make cuda` (or set ZIPCCL_CUDA_LIB)")
         return 1
-    dtype = _NAMES.get(args.dtype.lower())
-    if dtype is None:
-        raise SystemExit(f"bench kernels: unknown dtype {args.dtype!r}")
+    names = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    for name in names:
+        if name.lower() not in _NAMES:
+            raise SystemExit(f"bench kernels: unknown dtype {name!r}")
     k = KernelLib(path)
+    rows: list[tuple[str, float, float, float, float, float, float]] = []
+    try:
+        for name in names:
+            if _bench_dtype(k, name, args, rows) != 0:
+                return 1
+    finally:
+        k.close()
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write("size_mib,dtype,ratio,copy_gbs,encode_gbs,decode_gbs,decode_reduce_gbs,sources\n")
+            for r in rows:
+                f.write(f"{r[1]:g},{r[0]},{r[2]:.4f},{r[3]:.1f},{r[4]:.1f},{r[5]:.1f},{r[6]:.1f},{args.sources}\n")
+    return 0
+
+
+def _bench_dtype(k: KernelLib, name: str, args: argparse.Namespace, rows: list) -> int:
+    """One dtype's table; appends (dtype, MiB, ratio, copy, encode, decode, decode+reduce) to rows."""
+    dtype = _NAMES[name.lower()]
     dev = torch.device(f"cuda:{k.device}")
     code = DTYPE_CODES[dtype]
     esize = torch.empty(0, dtype=dtype).element_size()
     print(f"kernel benchmark on {torch.cuda.get_device_name(dev)}: {k.build_info()}")
-    print(f"{args.dtype}, N(0, {args.sigma}^2) data, decode+reduce of {args.sources} frames (SUM); "
+    print(f"{name}, N(0, {args.sigma}^2) data, decode+reduce of {args.sources} frames (SUM); "
           "GB/s = raw tensor bytes per second (decode+reduce: all sources' raw bytes)")
     header = (f"{'size':>8} {'ratio':>6} {'copy GB/s':>10} {'encode GB/s':>16} {'decode GB/s':>16} "
               f"{'dec+reduce GB/s':>18}")
     print(header)
-    rows = []
     gen = torch.Generator(device=dev)
     gen.manual_seed(1234)
     for mib in [float(s) for s in args.sizes_mib.split(",") if s.strip()]:
@@ -340,15 +359,9 @@ def run(args: argparse.Namespace) -> int:
         copy, enc, dec = gbs(nbytes, t_copy), gbs(nbytes, t_enc), gbs(nbytes, t_dec)
         red = gbs(nbytes * args.sources, t_red)
         ratio = nbytes / flen[0]
-        rows.append((mib, ratio, copy, enc, dec, red))
+        rows.append((name, mib, ratio, copy, enc, dec, red))
         print(f"{mib:>5g} MiB {ratio:>6.3f} {copy:>10.1f} {enc:>9.1f} ({enc / copy:4.0%}) {dec:>9.1f} ({dec / copy:4.0%}) "
               f"{red:>11.1f} ({red / copy:4.0%})")
         del srcs, frames, out, y, ws
         torch.cuda.empty_cache()
-    if args.csv:
-        with open(args.csv, "w") as f:
-            f.write("size_mib,dtype,ratio,copy_gbs,encode_gbs,decode_gbs,decode_reduce_gbs,sources\n")
-            for r in rows:
-                f.write(f"{r[0]:g},{args.dtype},{r[1]:.4f},{r[2]:.1f},{r[3]:.1f},{r[4]:.1f},{r[5]:.1f},{args.sources}\n")
-    k.close()
     return 0
