@@ -60,6 +60,9 @@ func hungUp(c net.Conn) bool {
 	rc.Control(func(fd uintptr) {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
 		n, err := unix.Poll(fds, 0)
+		for err == unix.EINTR { // a signal (the runtime's preemption) is no hang-up
+			n, err = unix.Poll(fds, 0)
+		}
 		gone = err != nil || (n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0)
 	})
 	return gone
