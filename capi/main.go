@@ -209,6 +209,20 @@ func zc_comm_set_timeout(h C.uintptr_t, ms C.int64_t) (code C.int32_t) {
 	return C.ZC_OK
 }
 
+//export zc_comm_set_lossy
+func zc_comm_set_lossy(h C.uintptr_t, spec *C.char, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
+	defer guard(&code, errBuf, errLen)
+	c, rc := liveComm(h, errBuf, errLen)
+	if c == nil {
+		return rc
+	}
+	if err := c.SetLossy(C.GoString(spec)); err != nil {
+		writeErr(errBuf, errLen, err.Error())
+		return C.int32_t(comm.CodeOf(err))
+	}
+	return C.ZC_OK
+}
+
 //export zc_comm_monitored_barrier
 func zc_comm_monitored_barrier(h C.uintptr_t, ms C.int64_t, waitAll C.int32_t, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
 	defer guard(&code, errBuf, errLen)

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define ZC_ABI_VERSION 4
+#define ZC_ABI_VERSION 5
 
 /* Element types (match backend/dtype). */
 enum {
@@ -191,6 +191,12 @@ typedef int32_t (*zc_comm_stats_fn)(uintptr_t comm, char* buf, int32_t cap);
  * the group yet); returns the length needed, or -1 with the message. */
 typedef int32_t (*zc_comm_hosts_fn)(uintptr_t comm, char* buf, int32_t cap,
                                     char* err, int32_t errlen);
+/* ABI 5: replaces the group's lossy policy (backend/lossy: "op=mode,...,
+ * min_bytes=N", "" for lossless) for the ops submitted after it. Returns
+ * ZC_OK, or an error code with the message (a policy that makes no sense or
+ * is not implemented yet is refused, and the old one kept). */
+typedef int32_t (*zc_comm_set_lossy_fn)(uintptr_t comm, const char* spec,
+                                        char* err, int32_t errlen);
 /* Waits up to timeout_ms for the next completion of any communicator.
  * Returns 1 when *out was filled, 0 on timeout. */
 typedef int32_t (*zc_poll_fn)(int64_t timeout_ms, zc_completion* out);

@@ -75,6 +75,25 @@ def test_backend_entries():
     assert parse_backend("gloo") == BackendSpec("gloo")
     assert parse_backend("zipccl:never@staged") == BackendSpec("zipccl", "never", "staged")
     assert parse_backend("zipccl+flat+enc") == BackendSpec("zipccl", encrypt=True, flat=True)
-    for bad in ("gloo:never", "gloo+enc", "zipccl+zip", "zipccl+enc+enc", "zipccl:sometimes", "zipccl@gpu"):
+    assert parse_backend("zipccl+int8").lossy_policy() == {"all_gather": "int8"}
+    for bad in ("gloo:never", "gloo+enc", "gloo+int8", "zipccl+zip", "zipccl+enc+enc", "zipccl:sometimes",
+                "zipccl@gpu"):
         with pytest.raises(ValueError, match="--backends"):
             parse_backend(bad)
+
+
+def test_lossy_check_bounds_the_int8_error():
+    import torch
+    from zipccl.bench.ops import compare, lossy_tolerance
+    from zipccl.bench.specs import OPS
+
+    ref = (torch.randn(2 * 5000) * 0.02).to(torch.bfloat16)
+    tol = lossy_tolerance(OPS["all_gather"], ref, 2)
+    assert tol is not None and tol.shape == ref.shape
+    step = ref.double().reshape(2, -1)[:, :2048].abs().max(dim=1).values / 127
+    assert torch.all(tol.reshape(2, -1)[:, 0] >= step / 2)
+    near = ref.double() + tol * 0.9  # within the bound
+    assert compare(OPS["all_gather"], near, ref, tol)[0] in ("ok", "exact")
+    far = ref.double() + tol * 1.5
+    assert compare(OPS["all_gather"], far, ref, tol)[0] == "FAIL"
+    assert lossy_tolerance(OPS["all_reduce"], ref, 2) is None

@@ -149,6 +149,8 @@ class ZipcclBackend : public c10d::Backend {
   std::string stats();
   // hosts.cpp: JSON from zc_comm_hosts (the group's ranks by host).
   std::string hosts();
+  // lossy.cpp: the group's lossy policy (zc_comm_set_lossy).
+  void setLossy(const std::string& spec);
   const std::string& groupName() const {
     return groupName_;
   }

@@ -47,6 +47,12 @@ std::string hosts(const c10::intrusive_ptr<c10d::Backend>& backend) {
   return zipcclOf(backend, "topology").hosts();
 }
 
+void setLossy(
+    const c10::intrusive_ptr<c10d::Backend>& backend,
+    const std::string& spec) {
+  zipcclOf(backend, "set_lossy").setLossy(spec);
+}
+
 } // namespace
 } // namespace zipccl
 
@@ -95,6 +101,12 @@ PYBIND11_MODULE(_C, m) {
       "_hosts",
       &hosts,
       py::arg("backend"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_set_lossy",
+      &setLossy,
+      py::arg("backend"),
+      py::arg("spec"),
       py::call_guard<py::gil_scoped_release>());
 
   // zipccl.codec: compress/decompress tensors, no process group involved.

@@ -374,6 +374,7 @@ void loadLibrary(const std::string& path) {
   resolve(lib, "zc_comm_destroy", a.comm_destroy, path);
   resolve(lib, "zc_comm_stats", a.comm_stats, path);
   resolve(lib, "zc_comm_hosts", a.comm_hosts, path);
+  resolve(lib, "zc_comm_set_lossy", a.comm_set_lossy, path);
   resolve(lib, "zc_poll", a.poll, path);
   resolve(lib, "zc_info", a.info, path);
   resolve(lib, "zc_init_device", a.init_device, path);

@@ -25,6 +25,7 @@ struct Api {
   zc_comm_destroy_fn comm_destroy;
   zc_comm_stats_fn comm_stats;
   zc_comm_hosts_fn comm_hosts;
+  zc_comm_set_lossy_fn comm_set_lossy;
   zc_poll_fn poll;
   zc_info_fn info;
   // The GPU path (cuda_path.cpp).

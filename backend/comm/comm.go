@@ -13,6 +13,7 @@ import (
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/gpu"
+	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
@@ -46,6 +47,7 @@ type Config struct {
 type Comm struct {
 	cfg     Config
 	log     *zlog.Logger
+	policy  atomic.Pointer[lossy.Policy] // the lossy policy ops take when submitted
 	mesh    *transport.Mesh
 	pool    *collective.Pool
 	timeout atomic.Int64 // nanoseconds
@@ -115,6 +117,9 @@ func New(cfg Config) (*Comm, error) {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
 	if c.flat, err = flatOption(cfg.Options); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
+	}
+	if err = c.lossyOption(cfg.Options); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
 	encrypt, err := encryption(cfg.Options)
@@ -192,6 +197,9 @@ func (c *Comm) Size() int { return c.cfg.Size }
 // called for op.Ticket; an error means nothing was sent.
 func (c *Comm) Submit(op *Op) error {
 	if err := op.validate(c.cfg.Rank, c.cfg.Size); err != nil {
+		return err
+	}
+	if err := c.applyPolicy(op); err != nil {
 		return err
 	}
 	if op.Dev != nil && !op.Dev.Engine {

@@ -13,6 +13,7 @@ import (
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
 )
@@ -155,6 +156,10 @@ func (c *Comm) sizeOf(op *Op, own int) (int, bool) {
 // times by the group's feedback, and the key the feedback times the call
 // under. The returned step is committed once the op is agreed.
 func (c *Comm) decide(op *Op, t *task, size int) switcher.Step {
+	if op.lossyMode != quant.None { // the user's policy, not the switcher's call
+		t.keyed, t.decision = false, switcher.Decision{Why: "lossy " + op.lossyMode.String() + " (the group's policy)"}
+		return switcher.Step{}
+	}
 	in, ok := c.switcherInput(op, size)
 	if ok && t.hosts != nil {
 		// Hierarchical: coding only changes the rails' part (inside a host

@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"math"
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/transport"
@@ -26,7 +28,10 @@ import (
 //	4  root i32 (-1 when the op has no root)
 //	8  count u64: elements that must be equal on every rank (0 if none)
 //	16 sizes u64: FNV-1a of per-rank element counts that must agree (0 if none)
-//	24 zero
+//	24 lossy mode u8: the group's lossy policy for this op kind (quant.Mode,
+//	   0 when exact), so that ranks whose policies differ fail naming it
+//	25 zero (3 bytes)
+//	28 the policy's min_bytes u32 (saturated; 0 when the mode is 0)
 const noReduce = 0xff
 
 type descFields struct {
@@ -37,6 +42,8 @@ type descFields struct {
 	root   int32
 	count  uint64
 	layout uint64
+	lossy  quant.Mode
+	minB   uint32
 }
 
 func (f descFields) encode() transport.Desc {
@@ -48,6 +55,8 @@ func (f descFields) encode() transport.Desc {
 	binary.LittleEndian.PutUint32(d[4:], uint32(f.root))
 	binary.LittleEndian.PutUint64(d[8:], f.count)
 	binary.LittleEndian.PutUint64(d[16:], f.layout)
+	d[24] = byte(f.lossy)
+	binary.LittleEndian.PutUint32(d[28:], f.minB)
 	return d
 }
 
@@ -60,6 +69,8 @@ func decodeDesc(d transport.Desc) descFields {
 		root:   int32(binary.LittleEndian.Uint32(d[4:])),
 		count:  binary.LittleEndian.Uint64(d[8:]),
 		layout: binary.LittleEndian.Uint64(d[16:]),
+		lossy:  quant.Mode(d[24]),
+		minB:   binary.LittleEndian.Uint32(d[28:]),
 	}
 }
 
@@ -93,6 +104,9 @@ func (f descFields) String() string {
 	}
 	if f.flags&flagHier != 0 {
 		s += ", hierarchical"
+	}
+	if f.lossy != quant.None {
+		s += fmt.Sprintf(", lossy policy %v from %d bytes", f.lossy, f.minB)
 	}
 	return s + ")"
 }
@@ -133,6 +147,9 @@ func sizesHash(op *Op, bufs [][]byte) uint64 {
 // every rank. Per-pair lengths (all_to_all) are checked message by message.
 func describe(op *Op, rank int) descFields {
 	f := descFields{kind: op.Kind, dt: op.DType, redop: noReduce, root: -1}
+	if f.lossy = op.policy.Mode(op.Kind); f.lossy != quant.None {
+		f.minB = uint32(min(op.policy.MinBytes, math.MaxUint32))
+	}
 	if op.Kind.IsReduction() {
 		f.redop = uint8(op.ReduceOp)
 	}

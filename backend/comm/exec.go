@@ -9,6 +9,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
@@ -299,7 +300,9 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 		}
 	}
 	var err error
-	if t.decision.Zcoll || t.hosts != nil {
+	if op.lossyMode != quant.None {
+		err = runLossy(ctx, conn, op, a)
+	} else if t.decision.Zcoll || t.hosts != nil {
 		err = c.runZcoll(ctx, conn, op, a, t, nil)
 	} else {
 		err = runPlain(ctx, conn, op, a)

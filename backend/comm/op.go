@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -31,6 +33,9 @@ type Op struct {
 	// Staged: host copies the shim made of CUDA tensors (the host-staged
 	// path). Such ops, like the coded path's, code with zip3 only.
 	Staged bool
+
+	policy    lossy.Policy // the group's lossy policy when the op was submitted
+	lossyMode quant.Mode   // what it codes the op with (quant.None: exact)
 }
 
 // numel of a buffer, in elements of the op's dtype.

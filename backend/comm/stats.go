@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/switcher"
 )
 
@@ -39,6 +40,10 @@ type OpStats struct {
 	// GPU does not code).
 	GPUCoded  int64 `json:"gpu_coded"`
 	GPUStaged int64 `json:"gpu_staged"`
+	// The calls the group's lossy policy coded, and their bytes (RawBytes'
+	// measure), per mode.
+	LossyCalls map[string]int64 `json:"lossy_calls"`
+	LossyBytes map[string]int64 `json:"lossy_bytes"`
 }
 
 type stats struct {
@@ -63,7 +68,7 @@ func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec 
 	defer s.mu.Unlock()
 	st := s.ops[op.Kind.String()]
 	if st == nil {
-		st = &OpStats{Choices: map[string]int64{}}
+		st = &OpStats{Choices: map[string]int64{}, LossyCalls: map[string]int64{}, LossyBytes: map[string]int64{}}
 		s.ops[op.Kind.String()] = st
 	}
 	st.Choices[dec.Label()]++
@@ -84,6 +89,10 @@ func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec 
 		st.Errors++
 	}
 	st.RawBytes += byteLen(op.In)
+	if op.lossyMode != quant.None {
+		st.LossyCalls[op.lossyMode.String()]++
+		st.LossyBytes[op.lossyMode.String()] += byteLen(op.In)
+	}
 	st.WireBytes += wire
 	if uncoded <= 0 {
 		uncoded = wire
@@ -98,11 +107,13 @@ func (c *Comm) Stats() ([]byte, error) {
 	defer c.stats.mu.Unlock()
 	out := map[string]any{"rank": c.cfg.Rank, "size": c.cfg.Size, "group": c.cfg.Name,
 		// whether, never what: the key stays out of every report
-		"auth_key": c.mesh != nil && c.mesh.HasAuthKey(), "encrypted": c.mesh != nil && c.mesh.Encrypts()}
+		"auth_key": c.mesh != nil && c.mesh.HasAuthKey(), "encrypted": c.mesh != nil && c.mesh.Encrypts(),
+		"lossy": c.Policy().String()}
 	ops := map[string]OpStats{}
 	for k, v := range c.stats.ops {
 		x := *v
 		x.Choices = maps.Clone(v.Choices)
+		x.LossyCalls, x.LossyBytes = maps.Clone(v.LossyCalls), maps.Clone(v.LossyBytes)
 		x.Ratio = 1
 		if x.WireBytes > 0 {
 			x.Ratio = float64(x.UncodedBytes) / float64(x.WireBytes)

@@ -26,7 +26,8 @@ from .hosts import host_groups, host_mesh, topology
 
 __version__ = "0.1.0"
 
-__all__ = ["Options", "__version__", "codec", "host_groups", "host_mesh", "info", "library_path", "stats", "topology"]
+__all__ = ["Options", "__version__", "codec", "host_groups", "host_mesh", "info", "library_path", "set_lossy", "stats",
+           "topology"]
 
 BACKEND_NAME = "zipccl"
 
@@ -57,12 +58,19 @@ class Options:
             frame (AES-256-GCM), sent as ``encrypt=true``/``false``; None
             keeps ``ZIPCCL_ENCRYPT``. Every rank must agree. CUDA tensors of
             an encrypted group stay off NCCL, whose traffic is its own.
+        lossy: the group's opt-in lossy modes per op, e.g.
+            ``{"all_gather": "int8"}`` (see ``set_lossy``); None keeps
+            ``ZIPCCL_LOSSY``, else lossless. Every rank must agree.
+        lossy_min_bytes: the smallest tensor a lossy mode codes (default
+            64 KiB); None keeps the default.
         extra: further engine options, passed through as they are.
     """
 
     compression: str | None = None
     gpu_path: str | None = None
     encrypt: bool | None = None
+    lossy: Mapping[str, str] | None = None
+    lossy_min_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_string(self) -> str:
@@ -73,8 +81,30 @@ class Options:
             items["gpu_path"] = self.gpu_path
         if self.encrypt is not None:
             items["encrypt"] = self.encrypt
+        if self.lossy is not None or self.lossy_min_bytes is not None:
+            items["lossy"] = _lossy_spec(self.lossy or {}, self.lossy_min_bytes)
         items.update(self.extra)
         return _encode_options(items)
+
+
+LOSSY_OPS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def _lossy_spec(modes: Mapping[str, str | None], min_bytes: int | None) -> str:
+    """The engine's policy string (backend/lossy): "op=mode,...,min_bytes=N"."""
+    parts = []
+    for op, mode in modes.items():
+        if op not in LOSSY_OPS:
+            raise ValueError(f"zipccl: lossy: unknown op {op!r} (want one of {', '.join(LOSSY_OPS)})")
+        if mode is not None:
+            parts.append(f"{op}={mode}")
+    if min_bytes is not None:
+        if min_bytes < 0:
+            raise ValueError(f"zipccl: lossy: min_bytes={min_bytes}: want >= 0")
+        parts.append(f"min_bytes={int(min_bytes)}")
+    if not parts or (min_bytes is not None and len(parts) == 1):
+        return ""
+    return ",".join(parts)
 
 
 def _encode_options(items: Mapping[str, Any]) -> str:
@@ -222,7 +252,7 @@ def _zipccl_backend(group: Any) -> Any:
 def stats(group: Any = None) -> dict[str, Any]:
     """Per-op statistics of a group's communicator (the default group when
     group is None): ``{"rank", "size", "group", "auth_key", "encrypted",
-    "ops": {op: {...}}}`` (``auth_key``: the pairs authenticate with a
+    "lossy", "ops": {op: {...}}}`` (``auth_key``: the pairs authenticate with a
     pre-shared key, never the key itself; ``encrypted``: they encrypt) where
     each op has ``count``, ``errors``, ``raw_bytes`` (the payload),
     ``wire_bytes`` (what this rank sent), ``uncoded_bytes`` (what those
@@ -230,8 +260,31 @@ def stats(group: Any = None) -> dict[str, Any]:
     ``seconds``, ``codec_seconds``, ``wire_seconds``, ``choices`` (the
     switcher's decisions: raw, plain, zip3, huff) and ``feedback_overrides``
     (calls its measured feedback ran another way than the cost model
-    chose: uncoded, or with the other codec)."""
+    chose: uncoded, or with the other codec), and ``lossy_calls`` and
+    ``lossy_bytes`` per lossy mode. ``lossy`` is the group's lossy policy
+    ("lossless" unless one was set)."""
     return json.loads(_runtime()._stats(_zipccl_backend(group)))
+
+
+def set_lossy(group: Any = None, *, min_bytes: int | None = None, **modes: str | None) -> None:
+    """Sets a group's opt-in lossy modes (the default group when group is
+    None), for groups a framework made: ``zipccl.set_lossy(group,
+    all_gather="int8")``. It applies from the group's next op on; every
+    rank of the group must call it with the same modes, or the next op they
+    concern fails on every rank, naming the policy. With no modes the group
+    is lossless again.
+
+    Modes: ``all_gather="int8"`` (blockwise int8 with one fp32 scale per
+    2048 elements; NaN and Inf blocks travel exact). A mode applies only
+    to float32, bfloat16 and float16 tensors of at least ``min_bytes``
+    (default 64 KiB); everything else stays exact. Modes that make no sense
+    (int4 for all_gather) or are not implemented yet raise ValueError here.
+    """
+    spec = _lossy_spec(modes, min_bytes)
+    try:
+        _runtime()._set_lossy(_zipccl_backend(group), spec)
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
 
 
 def __getattr__(name: str) -> Any:

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from . import data as bench_data
-from .ops import Bound, a2a_splits, bind, compare, input_numel, reorder_tolerance
+from .ops import Bound, a2a_splits, bind, compare, input_numel, lossy_tolerance, reorder_tolerance
 from .specs import OPS, OpSpec, align_size, parse_backend
 
 EVENT_PREFIX = "@zipccl-bench "
@@ -169,7 +169,10 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
     for b in backends:
         if b == ref_backend:
             continue
-        verdict, maxdiff = compare(spec, bounds[b].result, bounds[ref_backend].result, tol)
+        btol = tol
+        if parse_backend(b).lossy:
+            btol = lossy_tolerance(spec, bounds[ref_backend].result, n)
+        verdict, maxdiff = compare(spec, bounds[b].result, bounds[ref_backend].result, btol)
         code = {"exact": 0, "ok": 1, "FAIL": 2}[verdict]
         worst = torch.tensor([code, maxdiff], dtype=torch.float64)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=control)
@@ -237,12 +240,13 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
 def new_group(entry: str, timeout: datetime.timedelta):
     """The group of one --backends entry (specs.BackendSpec)."""
     spec = parse_backend(entry)
-    if spec.name == "zipccl" and (spec.mode or spec.path or spec.encrypt or spec.flat):
+    if spec.name == "zipccl" and (spec.mode or spec.path or spec.encrypt or spec.flat or spec.lossy):
         import zipccl
 
         return dist.new_group(backend="zipccl", timeout=timeout,
                               pg_options=zipccl.Options(compression=spec.mode or None, gpu_path=spec.path or None,
-                                                        encrypt=spec.encrypt or None,
+                                                        encrypt=spec.encrypt or None, lossy=spec.lossy_policy(),
+                                                        lossy_min_bytes=0 if spec.lossy else None,
                                                         extra={"hierarchy": "flat"} if spec.flat else {}))
     return dist.new_group(backend=spec.name, timeout=timeout)
 

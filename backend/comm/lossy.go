@@ -1,0 +1,83 @@
+package comm
+
+import (
+	"context"
+	"os"
+	"sync"
+
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/lossy"
+	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
+)
+
+// lossyEnvWarning is logged once per process when ZIPCCL_LOSSY gives
+// groups a lossy policy nobody wrote in code.
+var lossyEnvWarning sync.Once
+
+// lossyOption reads the group's lossy policy: the group option lossy, else
+// ZIPCCL_LOSSY, else lossless.
+func (c *Comm) lossyOption(opts map[string]string) error {
+	spec, ok := opts["lossy"]
+	fromEnv := !ok
+	if fromEnv {
+		spec = os.Getenv("ZIPCCL_LOSSY")
+	}
+	p, err := lossy.Parse(spec)
+	if err != nil {
+		return err
+	}
+	if fromEnv && !p.Lossless() {
+		lossyEnvWarning.Do(func() {
+			c.log.Warnf("ZIPCCL_LOSSY=%q: collectives of zipccl groups are lossy (%v)", spec, p)
+		})
+	}
+	c.setPolicy(p)
+	return nil
+}
+
+func (c *Comm) setPolicy(p lossy.Policy) {
+	c.policy.Store(&p)
+	if !p.Lossless() {
+		c.log.Infof("lossy policy: %v", p)
+	}
+}
+
+// SetLossy replaces the group's lossy policy (lossy.Parse's spec; "" is
+// lossless). It applies to the ops submitted after it; every rank must set
+// the same policy, or their next op it concerns fails with a mismatch.
+func (c *Comm) SetLossy(spec string) error {
+	p, err := lossy.Parse(spec)
+	if err != nil {
+		return invalidf("%s", err.Error())
+	}
+	c.setPolicy(p)
+	return nil
+}
+
+// Policy is the group's lossy policy now.
+func (c *Comm) Policy() lossy.Policy { return *c.policy.Load() }
+
+// applyPolicy gives op the group's policy as it is now, and the mode the op
+// runs with under it. CUDA tensors cannot be coded lossily yet: such an op
+// fails here, on every rank (they share the policy and the op), rather
+// than run exact behind the user's back.
+func (c *Comm) applyPolicy(op *Op) error {
+	op.policy = c.Policy()
+	total := 0
+	for _, b := range op.Out {
+		total += len(b)
+	}
+	if op.Kind == opkind.AllGather {
+		op.lossyMode = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, total)
+	}
+	if op.lossyMode != quant.None && op.Dev != nil {
+		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, but lossy collectives on CUDA tensors are not implemented yet; set it on a group of CPU tensors, or none", op.Kind, op.policy, op.DType)
+	}
+	return nil
+}
+
+// runLossy runs an op the policy codes lossily.
+func runLossy(ctx context.Context, conn collective.Conn, op *Op, a collective.Args) error {
+	return lossy.AllGather(ctx, conn, a, op.lossyMode)
+}

@@ -1,0 +1,114 @@
+package comm
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/reduce"
+)
+
+func gatherOp(rank, n, numel int, seed uint64) *Op {
+	rng := rand.New(rand.NewPCG(seed, uint64(rank)))
+	in := make([]float32, numel)
+	for i := range in {
+		in[i] = float32(rng.NormFloat64())
+	}
+	out := make([][]byte, n)
+	for j := range out {
+		out[j] = make([]byte, 4*numel)
+	}
+	return &Op{Kind: opkind.AllGather, DType: dtype.Float32, In: [][]byte{f32s(in...)}, Out: out}
+}
+
+// A lossy all_gather through the engine: identical outputs on every rank,
+// lossy (not the input bytes) yet within the int8 bound; a tensor below
+// min_bytes stays exact; stats count the lossy call.
+func TestLossyAllGather(t *testing.T) {
+	const n, numel = 3, 5000
+	r := newRigWith(t, n, "lossy", 20*time.Second, func(int) map[string]string {
+		return map[string]string{"lossy": "all_gather=int8,min_bytes=4096"}
+	})
+	ops := make([]*Op, n)
+	res := r.everyRank(func(rank int) *Op { ops[rank] = gatherOp(rank, n, numel, 1); return ops[rank] })
+	for rank, x := range res {
+		require.NoError(t, x.err, "rank %d", rank)
+	}
+	for j := range n {
+		for rank := 1; rank < n; rank++ {
+			require.Equal(t, ops[0].Out[j], ops[rank].Out[j], "rank %d's shard %d", rank, j)
+		}
+		src := ops[j].In[0]
+		require.NotEqual(t, src, ops[0].Out[j], "shard %d was coded lossily", j)
+		for i := range numel {
+			require.InDelta(t, f32at(src, i), f32at(ops[0].Out[j], i), 5.0/127*0.51, "shard %d element %d", j, i)
+		}
+	}
+	// below min_bytes: exact
+	res = r.everyRank(func(rank int) *Op { ops[rank] = gatherOp(rank, n, 100, 2); return ops[rank] })
+	for rank, x := range res {
+		require.NoError(t, x.err)
+		for j := range n {
+			require.Equal(t, ops[j].In[0], ops[rank].Out[j])
+		}
+	}
+	var st struct {
+		Ops map[string]OpStats `json:"ops"`
+	}
+	js, err := r.comms[0].Stats()
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(js, &st))
+	require.Equal(t, int64(1), st.Ops["all_gather"].LossyCalls["int8"])
+	require.Equal(t, int64(4*numel), st.Ops["all_gather"].LossyBytes["int8"])
+	require.Equal(t, int64(2), st.Ops["all_gather"].Count)
+}
+
+// Ranks whose policies differ fail the op on every rank, naming the
+// policy; after SetLossy makes them agree the group works again. Ops the
+// policy does not cover are unaffected by the difference.
+func TestLossyPolicyMismatch(t *testing.T) {
+	const n = 3
+	r := newRig(t, n, 20*time.Second)
+	require.NoError(t, r.comms[1].SetLossy("all_gather=int8"))
+	res := r.everyRank(func(rank int) *Op { return gatherOp(rank, n, 1<<15, 3) })
+	requireAllFail(t, res, CodeMismatch, "lossy policy int8 from 65536 bytes")
+
+	bufs := make([][]byte, n)
+	res = r.everyRank(func(rank int) *Op {
+		bufs[rank] = f32s(1, 2)
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+	})
+	for _, x := range res {
+		require.NoError(t, x.err, "all_reduce is not under the policy")
+	}
+
+	for _, c := range r.comms {
+		require.NoError(t, c.SetLossy("all_gather=int8"))
+	}
+	res = r.everyRank(func(rank int) *Op { return gatherOp(rank, n, 1<<15, 4) })
+	for rank, x := range res {
+		require.NoError(t, x.err, "rank %d", rank)
+	}
+	require.ErrorContains(t, r.comms[0].SetLossy("all_gather=int4"), "makes no sense")
+	require.Equal(t, "all_gather=int8,min_bytes=65536", r.comms[0].Policy().String(), "a refused policy changes nothing")
+}
+
+func TestLossyEnvAndOption(t *testing.T) {
+	t.Setenv("ZIPCCL_LOSSY", "all_gather=int8,min_bytes=1")
+	r := newRigWith(t, 2, "env", 5*time.Second, func(rank int) map[string]string {
+		if rank == 1 {
+			return map[string]string{"lossy": ""} // the option wins over the environment
+		}
+		return nil
+	})
+	require.Equal(t, "all_gather=int8,min_bytes=1", r.comms[0].Policy().String())
+	require.Equal(t, "lossless", r.comms[1].Policy().String())
+	t.Setenv("ZIPCCL_LOSSY", "all_reduce=int8")
+	_, err := New(Config{Rank: 0, Size: 1, Options: nil})
+	require.ErrorContains(t, err, "not implemented yet")
+}

@@ -1,0 +1,204 @@
+package lossy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/conntest"
+	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
+	"github.com/zipccl/zipccl/backend/reduce"
+)
+
+func TestParse(t *testing.T) {
+	p, err := Parse("all_gather=int8")
+	require.NoError(t, err)
+	require.Equal(t, Policy{AllGather: quant.Int8, MinBytes: DefaultMinBytes}, p)
+	require.Equal(t, "all_gather=int8,min_bytes=65536", p.String())
+	p, err = Parse(" All_Gather = INT8 , min_bytes=0")
+	require.NoError(t, err)
+	require.Equal(t, 0, p.MinBytes)
+	for _, lossless := range []string{"", "lossless", "all_gather=none"} {
+		p, err = Parse(lossless)
+		require.NoError(t, err)
+		require.True(t, p.Lossless(), lossless)
+		require.Equal(t, "lossless", p.String())
+	}
+	for spec, want := range map[string]string{
+		"all_gather=int4":                 "makes no sense",
+		"all_gather=int2":                 "unknown mode",
+		"broadcast=int8":                  "unknown op",
+		"reduce_scatter=int4":             "not implemented yet",
+		"all_reduce=int8":                 "not implemented yet",
+		"all_gather=fp8":                  "not implemented yet",
+		"all_gather":                      "not op=mode",
+		"all_gather=int8,min_bytes=":      "min_bytes",
+		"all_gather=int8,all_gather=int8": "twice",
+	} {
+		_, err := Parse(spec)
+		require.ErrorContains(t, err, want, spec)
+	}
+}
+
+func TestApplies(t *testing.T) {
+	p := Policy{AllGather: quant.Int8, MinBytes: 1000}
+	require.Equal(t, quant.Int8, p.Applies(opkind.AllGather, dtype.BFloat16, reduce.Sum, 1000))
+	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.BFloat16, reduce.Sum, 999), "small tensors stay exact")
+	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.Int32, reduce.Sum, 1<<20), "integers stay exact")
+	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.Float64, reduce.Sum, 1<<20), "float64 stays exact")
+	require.Equal(t, quant.None, p.Applies(opkind.AllReduce, dtype.Float32, reduce.Sum, 1<<20), "all_reduce not asked")
+	require.Equal(t, quant.None, Policy{}.Applies(opkind.AllGather, dtype.Float32, reduce.Sum, 1<<20))
+}
+
+// gather runs AllGather on every rank of an in-memory world.
+func gather(t *testing.T, shards [][]byte, dt dtype.DType) [][][]byte {
+	t.Helper()
+	n := len(shards)
+	w := conntest.NewWorld(n)
+	conns := w.Conns()
+	outs := make([][][]byte, n)
+	errs := make([]error, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range n {
+		outs[r] = make([][]byte, n)
+		for j := range n {
+			outs[r][j] = make([]byte, len(shards[j]))
+		}
+		in := append([]byte{}, shards[r]...)
+		outs[r][r] = in // in place, as all_gather_into_tensor's own shard may be
+		wg.Go(func() {
+			errs[r] = AllGather(ctx, conns[r], collective.Args{DType: dt, In: [][]byte{in}, Out: outs[r]}, quant.Int8)
+		})
+	}
+	wg.Wait()
+	conntest.MustOK(t, w, errs)
+	return outs
+}
+
+// Every rank gets the same bytes, its own shard included, within the
+// int8 bound of each shard's fp64 values; NaN and Inf arrive exact. With
+// small pieces the shards travel in several (uneven across ranks), and the
+// bytes are those of one piece per shard.
+func TestAllGatherIdenticalEverywhere(t *testing.T) {
+	for _, small := range []bool{false, true} {
+		t.Run(fmt.Sprintf("small_pieces=%v", small), func(t *testing.T) {
+			if small {
+				defer func(old int) { pieceElems = old }(pieceElems)
+				pieceElems = Block
+			}
+			testAllGather(t)
+		})
+	}
+}
+
+func testAllGather(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16} {
+			for _, nonFinite := range []bool{false, true} {
+				name := fmt.Sprintf("n%d/%v/nonfinite=%v", n, dt, nonFinite)
+				rng := rand.New(rand.NewPCG(uint64(n), uint64(dt)))
+				es := dt.Size()
+				shards := make([][]byte, n)
+				vals := make([][]float64, n)
+				for r := range n {
+					numel := 3*Block + 17*r // uneven, with tails
+					xs := make([]float32, numel)
+					for i := range xs {
+						xs[i] = float32(rng.NormFloat64() * 0.05)
+					}
+					if nonFinite && r == n-1 {
+						xs[5] = float32(math.NaN())
+						xs[Block+7] = float32(math.NaN()) // a middle piece
+						xs[numel-1] = float32(math.Inf(1))
+					}
+					shards[r] = make([]byte, numel*es)
+					putFloats(dt, shards[r], xs)
+					vals[r] = getFloats(dt, shards[r])
+				}
+				outs := gather(t, shards, dt)
+				for j := range n { // as one message of the whole shard
+					main := make([]byte, quant.MainLen(len(shards[j])/es, Block))
+					exact, err := quant.Encode(main, nil, shards[j], dt, quant.Int8, Block)
+					require.NoError(t, err)
+					whole := make([]byte, len(shards[j]))
+					require.NoError(t, quant.Decode(whole, main, exact, dt))
+					require.Equal(t, whole, outs[0][j], "%s: shard %d as one message", name, j)
+				}
+				for r := 1; r < n; r++ {
+					for j := range n {
+						require.Equal(t, outs[0][j], outs[r][j], "%s: rank %d's copy of shard %d", name, r, j)
+					}
+				}
+				for j := range n {
+					got := getFloats(dt, outs[0][j])
+					for b := 0; b < len(got); b += Block {
+						hi := min(len(got), b+Block)
+						absmax, finite := 0.0, true
+						for _, v := range vals[j][b:hi] {
+							finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)
+							absmax = max(absmax, math.Abs(v))
+						}
+						for i := b; i < hi; i++ {
+							if !finite {
+								require.Equal(t, math.Float64bits(vals[j][i]), math.Float64bits(got[i]), "%s: shard %d element %d exact", name, j, i)
+								continue
+							}
+							bound := 0.5*absmax/127*(1+1e-4) + math.Abs(got[i])*ulpRel(dt)/2
+							require.LessOrEqualf(t, math.Abs(got[i]-vals[j][i]), bound, "%s: shard %d element %d", name, j, i)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func ulpRel(dt dtype.DType) float64 {
+	switch dt {
+	case dtype.BFloat16:
+		return 1.0 / 128
+	case dtype.Float16:
+		return 1.0 / 1024
+	}
+	return 1.0 / (1 << 23)
+}
+
+func putFloats(dt dtype.DType, b []byte, xs []float32) {
+	for i, v := range xs {
+		switch dt {
+		case dtype.Float32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		case dtype.BFloat16:
+			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(v))
+		case dtype.Float16:
+			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToF16(v))
+		}
+	}
+}
+
+func getFloats(dt dtype.DType, b []byte) []float64 {
+	out := make([]float64, len(b)/dt.Size())
+	for i := range out {
+		switch dt {
+		case dtype.Float32:
+			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		case dtype.BFloat16:
+			out[i] = float64(dtype.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
+		case dtype.Float16:
+			out[i] = float64(dtype.F16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
+		}
+	}
+	return out
+}
