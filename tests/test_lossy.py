@@ -1,7 +1,8 @@
 """Opt-in lossy collectives: the policy API (zipccl.Options(lossy=...),
-zipccl.set_lossy, ZIPCCL_LOSSY) and qwZ's int8 all_gather, bit for bit
-against a NumPy reference of the format's formulas (backend/quant), on
-every rank, at world sizes 2 to 4."""
+zipccl.set_lossy, ZIPCCL_LOSSY) and qwZ's int8 all_gather (into a tensor,
+a list, uneven, coalesced), bit for bit against a NumPy reference of the
+format's formulas (backend/quant), on every rank, at world sizes 2 to 4;
+and FSDP2 training with it."""
 
 from __future__ import annotations
 
@@ -83,6 +84,15 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
     dist.all_gather(lst, un[rank].clone())
     for r in range(world):
         assert torch.equal(lst[r].view(torch.uint8), reference(un[r]).view(torch.uint8)), f"{dt} uneven shard {r}"
+    # coalesced (FSDP's and DeepSpeed's form): two tensors in one group call
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    pairs = [(torch.empty(world * n, dtype=dt), (s * 2).to(dt)) for s in (shards[rank], shards[rank] / 3)]
+    with _coalescing_manager(async_ops=False):
+        for o, i in pairs:
+            dist.all_gather_into_tensor(o, i)
+    for k, (o, i) in enumerate(pairs):
+        mine = o[rank * n:(rank + 1) * n]
+        assert torch.equal(mine.view(torch.uint8), reference(i).view(torch.uint8)), f"{dt} coalesced tensor {k}"
     res["hash"][str(dt)] = hashlib.sha256(out.view(torch.uint8).numpy().tobytes()).hexdigest()
     res["checked"] += 1
 # exact: integers, small tensors, float64
@@ -120,7 +130,7 @@ def test_int8_all_gather_matches_numpy_reference_on_every_rank(world, by_option)
     outs = _results(launch(WORKER, world, env=env, timeout=240))
     for o in outs:
         assert o["checked"] == 3
-        assert o["lossy_calls"] == 9, "three dtypes x (into_tensor, list, uneven list)"
+        assert o["lossy_calls"] == 15, "three dtypes x (into_tensor, list, uneven list, 2 coalesced)"
         assert o["policy"] == "lossless", "after set_lossy()"
     assert all(o["hash"] == outs[0]["hash"] for o in outs), "bitwise identical on every rank"
 
