@@ -193,8 +193,9 @@ typedef int32_t (*zc_comm_hosts_fn)(uintptr_t comm, char* buf, int32_t cap,
                                     char* err, int32_t errlen);
 /* ABI 5: replaces the group's lossy policy (backend/lossy: "op=mode,...,
  * min_bytes=N", "" for lossless) for the ops submitted after it. Returns
- * ZC_OK, or an error code with the message (a policy that makes no sense or
- * is not implemented yet is refused, and the old one kept). */
+ * ZC_OK, or an error code with the message (a policy that makes no sense,
+ * or asks for a mode zipccl does not have, is refused, and the old one
+ * kept). */
 typedef int32_t (*zc_comm_set_lossy_fn)(uintptr_t comm, const char* spec,
                                         char* err, int32_t errlen);
 /* Waits up to timeout_ms for the next completion of any communicator.

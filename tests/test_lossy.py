@@ -168,7 +168,7 @@ def test_policy_mismatch_fails_every_rank_and_bad_modes_are_refused():
         refused = [x for x in r.stdout.splitlines() if x.startswith("REFUSED ")]
         assert len(refused) == 4
         assert "makes no sense" in refused[0]
-        assert "not implemented yet" in refused[1]
+        assert "not a mode zipccl has" in refused[1]
         assert "unknown mode" in refused[2]
         assert "unknown op" in refused[3]
 

@@ -59,20 +59,22 @@ func (c *Comm) SetLossy(spec string) error {
 func (c *Comm) Policy() lossy.Policy { return *c.policy.Load() }
 
 // applyPolicy gives op the group's policy as it is now, and the mode the op
-// runs with under it. CUDA tensors cannot be coded lossily yet: such an op
-// fails here, on every rank (they share the policy and the op), rather
-// than run exact behind the user's back.
+// runs with under it. Package quant codes host memory only, so a lossy op
+// on CUDA memory (the NCCL and coded GPU paths) fails here, on every rank
+// (they share the policy and the op), rather than run exact behind the
+// user's back.
 func (c *Comm) applyPolicy(op *Op) error {
 	op.policy = c.Policy()
+	if op.Kind != opkind.AllGather {
+		return nil // the only op kind a policy can make lossy
+	}
 	total := 0
 	for _, b := range op.Out {
 		total += len(b)
 	}
-	if op.Kind == opkind.AllGather {
-		op.lossyMode = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, total)
-	}
+	op.lossyMode = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, total)
 	if op.lossyMode != quant.None && op.Dev != nil {
-		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, but lossy collectives on CUDA tensors are not implemented yet; set it on a group of CPU tensors, or none", op.Kind, op.policy, op.DType)
+		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, and lossy collectives code host memory only: use CPU tensors, gpu_path=\"staged\", or a lossless group", op.Kind, op.policy, op.DType)
 	}
 	return nil
 }

@@ -38,9 +38,9 @@ func TestParse(t *testing.T) {
 		"all_gather=int4":                 "makes no sense",
 		"all_gather=int2":                 "unknown mode",
 		"broadcast=int8":                  "unknown op",
-		"reduce_scatter=int4":             "not implemented yet",
-		"all_reduce=int8":                 "not implemented yet",
-		"all_gather=fp8":                  "not implemented yet",
+		"reduce_scatter=int4":             "not a mode zipccl has",
+		"all_reduce=int8":                 "not a mode zipccl has",
+		"all_gather=fp8":                  "not a mode zipccl has",
 		"all_gather":                      "not op=mode",
 		"all_gather=int8,min_bytes=":      "min_bytes",
 		"all_gather=int8,all_gather=int8": "twice",
@@ -176,29 +176,27 @@ func ulpRel(dt dtype.DType) float64 {
 }
 
 func putFloats(dt dtype.DType, b []byte, xs []float32) {
+	if dt != dtype.Float32 {
+		reduce.Narrow(dt, b, xs)
+		return
+	}
 	for i, v := range xs {
-		switch dt {
-		case dtype.Float32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-		case dtype.BFloat16:
-			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToBF16(v))
-		case dtype.Float16:
-			binary.LittleEndian.PutUint16(b[2*i:], dtype.F32ToF16(v))
-		}
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 	}
 }
 
 func getFloats(dt dtype.DType, b []byte) []float64 {
-	out := make([]float64, len(b)/dt.Size())
-	for i := range out {
-		switch dt {
-		case dtype.Float32:
-			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
-		case dtype.BFloat16:
-			out[i] = float64(dtype.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
-		case dtype.Float16:
-			out[i] = float64(dtype.F16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
+	xs := make([]float32, len(b)/dt.Size())
+	if dt != dtype.Float32 {
+		reduce.Widen(dt, xs, b)
+	} else {
+		for i := range xs {
+			xs[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
+	}
+	out := make([]float64, len(xs))
+	for i, v := range xs {
+		out[i] = float64(v)
 	}
 	return out
 }

@@ -66,8 +66,7 @@ func (p Policy) Applies(k opkind.Kind, dt dtype.DType, op reduce.Op, totalBytes 
 	return m
 }
 
-// ops are the op names a policy may name, and whether each mode is
-// implemented for it, refused, or yet to come.
+// ops are the op names a policy may name.
 var ops = map[string]opkind.Kind{
 	"all_gather":     opkind.AllGather,
 	"reduce_scatter": opkind.ReduceScatter,
@@ -77,8 +76,8 @@ var ops = map[string]opkind.Kind{
 // Parse reads a policy: comma-separated op=mode pairs (all_gather,
 // reduce_scatter, all_reduce; int8, int4, fp8) and min_bytes=N. An empty
 // spec is the lossless policy. Modes that make no sense for an op (int4
-// weights), and those not implemented yet, are refused here, when the
-// policy is set, never at the op.
+// weights), and modes zipccl does not have (every one but all_gather=int8),
+// are refused here, when the policy is set, never at the op.
 func Parse(spec string) (Policy, error) {
 	p := Policy{MinBytes: DefaultMinBytes}
 	spec = strings.TrimSpace(spec)
@@ -119,7 +118,7 @@ func Parse(spec string) (Policy, error) {
 		case k == opkind.AllGather && val == "int8":
 			p.AllGather = quant.Int8
 		default:
-			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: %s=%s is not implemented yet (all_gather=int8 is)", spec, key, val)
+			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: %s=%s is not a mode zipccl has (it has all_gather=int8)", spec, key, val)
 		}
 	}
 	return p, nil

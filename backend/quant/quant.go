@@ -30,6 +30,7 @@ import (
 	"math"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/reduce"
 )
 
 // Mode is a lossy coding.
@@ -89,7 +90,7 @@ func checkBlock(block int) error {
 // appended to exact, which is returned.
 func Encode(main []byte, exact []byte, src []byte, dt dtype.DType, mode Mode, block int) ([]byte, error) {
 	if mode != Int8 {
-		return exact, fmt.Errorf("quant: mode %v is not implemented", mode)
+		return exact, fmt.Errorf("quant: unknown mode %v", mode)
 	}
 	if !Supported(dt) {
 		return exact, fmt.Errorf("quant: %v cannot be coded lossily (float32, bfloat16 and float16 can)", dt)
@@ -335,19 +336,13 @@ func dequantize(dt dtype.DType, dst, q []byte, s float32, tab *[256]uint32) bool
 	return true
 }
 
+// widen sets d[i] to src's elements as float32 (exact).
 func widen(dt dtype.DType, d []float32, src []byte) {
-	switch dt {
-	case dtype.Float32:
-		for i := range d {
-			d[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-		}
-	case dtype.BFloat16:
-		for i := range d {
-			d[i] = dtype.BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
-		}
-	case dtype.Float16:
-		for i := range d {
-			d[i] = dtype.F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
-		}
+	if dt != dtype.Float32 {
+		reduce.Widen(dt, d, src) // bfloat16, float16
+		return
+	}
+	for i := range d {
+		d[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 	}
 }

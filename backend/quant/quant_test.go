@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/reduce"
 )
 
 var floats = []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16}
@@ -217,18 +218,11 @@ func FuzzDecode(f *testing.F) {
 
 // narrow rounds float32 values to dt (the tests build their inputs with it).
 func narrow(dt dtype.DType, dst []byte, s []float32) {
-	switch dt {
-	case dtype.Float32:
-		for i, v := range s {
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-		}
-	case dtype.BFloat16:
-		for i, v := range s {
-			binary.LittleEndian.PutUint16(dst[2*i:], dtype.F32ToBF16(v))
-		}
-	case dtype.Float16:
-		for i, v := range s {
-			binary.LittleEndian.PutUint16(dst[2*i:], dtype.F32ToF16(v))
-		}
+	if dt != dtype.Float32 {
+		reduce.Narrow(dt, dst, s)
+		return
+	}
+	for i, v := range s {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
 	}
 }

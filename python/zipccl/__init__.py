@@ -98,12 +98,12 @@ def _lossy_spec(modes: Mapping[str, str | None], min_bytes: int | None) -> str:
             raise ValueError(f"zipccl: lossy: unknown op {op!r} (want one of {', '.join(LOSSY_OPS)})")
         if mode is not None:
             parts.append(f"{op}={mode}")
+    if min_bytes is not None and min_bytes < 0:
+        raise ValueError(f"zipccl: lossy: min_bytes={min_bytes}: want >= 0")
+    if not parts:
+        return ""  # lossless: min_bytes alone changes nothing
     if min_bytes is not None:
-        if min_bytes < 0:
-            raise ValueError(f"zipccl: lossy: min_bytes={min_bytes}: want >= 0")
         parts.append(f"min_bytes={int(min_bytes)}")
-    if not parts or (min_bytes is not None and len(parts) == 1):
-        return ""
     return ",".join(parts)
 
 
@@ -276,9 +276,11 @@ def set_lossy(group: Any = None, *, min_bytes: int | None = None, **modes: str |
 
     Modes: ``all_gather="int8"`` (blockwise int8 with one fp32 scale per
     2048 elements; NaN and Inf blocks travel exact). A mode applies only
-    to float32, bfloat16 and float16 tensors of at least ``min_bytes``
-    (default 64 KiB); everything else stays exact. Modes that make no sense
-    (int4 for all_gather) or are not implemented yet raise ValueError here.
+    to float32, bfloat16 and float16 tensors whose op's output (the
+    gathered tensor) has at least ``min_bytes`` (default 64 KiB);
+    everything else stays exact. Modes that make no sense (int4 for
+    all_gather) and modes zipccl does not have (all but all_gather="int8")
+    raise ValueError here.
     """
     spec = _lossy_spec(modes, min_bytes)
     try:
