@@ -301,7 +301,11 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 	}
 	var err error
 	if op.lossyMode != quant.None {
-		err = runLossy(ctx, conn, op, a)
+		avg := 1
+		if op.ReduceOp == reduce.Avg {
+			avg = c.cfg.Size
+		}
+		return runLossy(ctx, conn, op, a, t.hosts, avg)
 	} else if t.decision.Zcoll || t.hosts != nil {
 		err = c.runZcoll(ctx, conn, op, a, t, nil)
 	} else {

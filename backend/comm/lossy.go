@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/quant"
+	"github.com/zipccl/zipccl/backend/zcoll"
 )
 
 // lossyEnvWarning is logged once per process when ZIPCCL_LOSSY gives
@@ -65,21 +67,33 @@ func (c *Comm) Policy() lossy.Policy { return *c.policy.Load() }
 // user's back.
 func (c *Comm) applyPolicy(op *Op) error {
 	op.policy = c.Policy()
-	if op.Kind != opkind.AllGather {
-		return nil // the only op kind a policy can make lossy
+	var total int64
+	switch op.Kind {
+	case opkind.AllGather:
+		total = byteLen(op.Out) // the gathered tensor
+	case opkind.ReduceScatter, opkind.AllReduce:
+		total = byteLen(op.In) // the tensor reduced
+	default:
+		return nil // op kinds a policy cannot make lossy
 	}
-	total := 0
-	for _, b := range op.Out {
-		total += len(b)
-	}
-	op.lossyMode = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, total)
+	op.lossyMode = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, int(total))
 	if op.lossyMode != quant.None && op.Dev != nil {
 		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, and lossy collectives code host memory only: use CPU tensors, gpu_path=\"staged\", or a lossless group", op.Kind, op.policy, op.DType)
 	}
 	return nil
 }
 
-// runLossy runs an op the policy codes lossily.
-func runLossy(ctx context.Context, conn collective.Conn, op *Op, a collective.Args) error {
-	return lossy.AllGather(ctx, conn, a, op.lossyMode)
+// runLossy runs an op the policy codes lossily, hierarchically over hosts
+// when they are set. avg is the divisor of an AVG (1 otherwise): the lossy
+// reductions divide their float32 sums before the one rounding.
+func runLossy(ctx context.Context, conn collective.VarConn, op *Op, a collective.Args, hosts zcoll.Hosts, avg int) error {
+	switch op.Kind {
+	case opkind.AllGather:
+		return lossy.AllGather(ctx, conn, a, op.lossyMode)
+	case opkind.ReduceScatter:
+		return lossy.ReduceScatter(ctx, conn, a, op.lossyMode, hosts, avg)
+	case opkind.AllReduce:
+		return lossy.AllReduce(ctx, conn, a, op.lossyMode, hosts, avg)
+	}
+	return fmt.Errorf("no lossy algorithm for %s", op.Kind)
 }

@@ -108,7 +108,84 @@ func TestLossyEnvAndOption(t *testing.T) {
 	})
 	require.Equal(t, "all_gather=int8,min_bytes=1", r.comms[0].Policy().String())
 	require.Equal(t, "lossless", r.comms[1].Policy().String())
-	t.Setenv("ZIPCCL_LOSSY", "all_reduce=int8")
+	t.Setenv("ZIPCCL_LOSSY", "all_reduce=fp8")
 	_, err := New(Config{Rank: 0, Size: 1, Options: nil})
 	require.ErrorContains(t, err, "not a mode zipccl has")
+}
+
+// Lossy reductions through the engine: all_reduce AVG gives every rank the
+// same bytes, coded (not the exact average) and near it; reduce_scatter
+// int4 leaves each owner near its exact sum; MAX stays exact under the
+// policy; stats count the lossy calls per mode.
+func TestLossyReductions(t *testing.T) {
+	const n, numel = 4, 6000
+	r := newRigWith(t, n, "lossy-red", 20*time.Second, func(int) map[string]string {
+		return map[string]string{"lossy": "all_reduce=int8,reduce_scatter=int4,min_bytes=4096"}
+	})
+	vals := func(rank, numel int, seed uint64) []float32 {
+		rng := rand.New(rand.NewPCG(seed, uint64(rank)))
+		xs := make([]float32, numel)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		return xs
+	}
+	for _, op := range []reduce.Op{reduce.Avg, reduce.Max} {
+		bufs := make([][]byte, n)
+		res := r.everyRank(func(rank int) *Op {
+			bufs[rank] = f32s(vals(rank, numel, 5)...)
+			return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: op, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+		})
+		exact := make([]float64, numel)
+		for rank := range n {
+			for i, v := range vals(rank, numel, 5) {
+				if op == reduce.Avg {
+					exact[i] += float64(v) / n
+				} else if rank == 0 || float64(v) > exact[i] {
+					exact[i] = float64(v)
+				}
+			}
+		}
+		same := true
+		for rank, x := range res {
+			require.NoError(t, x.err, "rank %d", rank)
+			require.Equal(t, bufs[0], bufs[rank], "%v: rank %d", op, rank)
+		}
+		for i := range numel {
+			got := float64(f32at(bufs[0], i))
+			same = same && got == float64(float32(exact[i]))
+			require.InDelta(t, exact[i], got, 0.1, "%v element %d", op, i) // |x| < ~5: 2 int8 codings
+		}
+		require.Equal(t, op == reduce.Max, same, "%v: exact only for MAX", op)
+	}
+	outs := make([][]byte, n)
+	res := r.everyRank(func(rank int) *Op {
+		in := make([][]byte, n)
+		for j := range n {
+			in[j] = f32s(vals(rank, numel, uint64(10+j))...)
+		}
+		outs[rank] = make([]byte, 4*numel)
+		return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
+	})
+	for rank, x := range res {
+		require.NoError(t, x.err, "rank %d", rank)
+		sums := make([]float64, numel)
+		for src := range n {
+			for i, v := range vals(src, numel, uint64(10+rank)) {
+				sums[i] += float64(v)
+			}
+		}
+		for i, sum := range sums {
+			require.InDelta(t, sum, float64(f32at(outs[rank], i)), 3*0.5*5.5/7, "rank %d element %d", rank, i)
+		}
+	}
+	var st struct {
+		Ops map[string]OpStats `json:"ops"`
+	}
+	js, err := r.comms[0].Stats()
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(js, &st))
+	require.Equal(t, int64(1), st.Ops["all_reduce"].LossyCalls["int8"])
+	require.Equal(t, int64(2), st.Ops["all_reduce"].Count)
+	require.Equal(t, int64(1), st.Ops["reduce_scatter"].LossyCalls["int4"])
 }

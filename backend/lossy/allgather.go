@@ -34,19 +34,32 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 		return fmt.Errorf("lossy: all_gather: want 1 input and %d outputs, In[0] as long as Out[%d]", n, me)
 	}
 	es := a.DType.Size()
-	blocks := make([]int, n)
-	most := 0
 	for r, out := range a.Out {
 		if len(out)%es != 0 {
 			return fmt.Errorf("lossy: all_gather: rank %d's %d bytes are not whole %v elements", r, len(out), a.DType)
 		}
+	}
+	return gatherCoded(ctx, c, a, mode, func(main []byte, lo, hi int) ([]byte, error) {
+		return quant.Encode(main, nil, a.In[0][lo*es:hi*es], a.DType, mode, Block)
+	})
+}
+
+// gatherCoded is AllGather's pipeline: code(main, lo, hi) codes elements
+// [lo, hi) of this rank's shard (whole blocks) into main and returns the
+// exact part; every rank decodes every shard into a.Out (a.DType).
+func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, code func(main []byte, lo, hi int) ([]byte, error)) error {
+	n, me := c.Size(), c.Rank()
+	es := a.DType.Size()
+	blocks := make([]int, n)
+	most := 0
+	for r, out := range a.Out {
 		blocks[r] = quant.Blocks(len(out)/es, Block)
 		most = max(most, len(out)/es)
 	}
 	// Each piece uses two slot ranges (main, exact) of 2n steps, under the
 	// reserved top bit of a slot's 16-bit step.
 	stride := 2 * n
-	pieces := min(max(1, (most+pieceElems-1)/pieceElems), (1<<15)/(2*stride))
+	pieces := min(max(1, (most+pieceElems-1)/pieceElems), (1<<14)/(2*stride))
 	// piece p of rank r: its blocks [lo, hi), as elements and bytes of Out[r]
 	span := func(r, p int) (lo, hi int) {
 		numel := len(a.Out[r]) / es
@@ -59,8 +72,8 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 	g.Go(func() error { // this rank's pieces, coded ahead of the transfers
 		for p := range pieces {
 			lo, hi := span(me, p)
-			m := a.Pool.Get(quant.MainLen(hi-lo, Block))
-			ex, err := quant.Encode(m, nil, a.In[0][lo*es:hi*es], a.DType, mode, Block)
+			m := a.Pool.Get(quant.MainLen(mode, hi-lo, Block))
+			ex, err := code(m, lo, hi)
 			if err != nil {
 				return err
 			}
@@ -90,7 +103,7 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 						mains[r] = mine.main
 					} else {
 						lo, hi := span(r, p)
-						mains[r] = a.Pool.Get(quant.MainLen(hi-lo, Block))
+						mains[r] = a.Pool.Get(quant.MainLen(mode, hi-lo, Block))
 					}
 				}
 				exacts, err := gatherPiece(gctx, stepOffset{c, uint32(2 * p * stride)}, a, mains, mine.exact, stride)

@@ -28,6 +28,10 @@ func TestParse(t *testing.T) {
 	p, err = Parse(" All_Gather = INT8 , min_bytes=0")
 	require.NoError(t, err)
 	require.Equal(t, 0, p.MinBytes)
+	p, err = Parse("all_reduce=int8, reduce_scatter=int4,all_gather=int8")
+	require.NoError(t, err)
+	require.Equal(t, Policy{AllGather: quant.Int8, ReduceScatter: quant.Int4, AllReduce: quant.Int8, MinBytes: DefaultMinBytes}, p)
+	require.Equal(t, "all_gather=int8,reduce_scatter=int4,all_reduce=int8,min_bytes=65536", p.String())
 	for _, lossless := range []string{"", "lossless", "all_gather=none"} {
 		p, err = Parse(lossless)
 		require.NoError(t, err)
@@ -38,8 +42,8 @@ func TestParse(t *testing.T) {
 		"all_gather=int4":                 "makes no sense",
 		"all_gather=int2":                 "unknown mode",
 		"broadcast=int8":                  "unknown op",
-		"reduce_scatter=int4":             "not a mode zipccl has",
-		"all_reduce=int8":                 "not a mode zipccl has",
+		"reduce_scatter=fp8":              "not a mode zipccl has",
+		"all_reduce=fp8":                  "not a mode zipccl has",
 		"all_gather=fp8":                  "not a mode zipccl has",
 		"all_gather":                      "not op=mode",
 		"all_gather=int8,min_bytes=":      "min_bytes",
@@ -57,6 +61,11 @@ func TestApplies(t *testing.T) {
 	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.Int32, reduce.Sum, 1<<20), "integers stay exact")
 	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.Float64, reduce.Sum, 1<<20), "float64 stays exact")
 	require.Equal(t, quant.None, p.Applies(opkind.AllReduce, dtype.Float32, reduce.Sum, 1<<20), "all_reduce not asked")
+	p.ReduceScatter = quant.Int4
+	require.Equal(t, quant.Int4, p.Applies(opkind.ReduceScatter, dtype.Float16, reduce.Avg, 1000))
+	for _, op := range []reduce.Op{reduce.Max, reduce.Min, reduce.Product, reduce.PreMulSum} {
+		require.Equal(t, quant.None, p.Applies(opkind.ReduceScatter, dtype.Float16, op, 1<<20), "%v stays exact", op)
+	}
 	require.Equal(t, quant.None, Policy{}.Applies(opkind.AllGather, dtype.Float32, reduce.Sum, 1<<20))
 }
 
@@ -129,7 +138,7 @@ func testAllGather(t *testing.T) {
 				}
 				outs := gather(t, shards, dt)
 				for j := range n { // as one message of the whole shard
-					main := make([]byte, quant.MainLen(len(shards[j])/es, Block))
+					main := make([]byte, quant.MainLen(quant.Int8, len(shards[j])/es, Block))
 					exact, err := quant.Encode(main, nil, shards[j], dt, quant.Int8, Block)
 					require.NoError(t, err)
 					whole := make([]byte, len(shards[j]))

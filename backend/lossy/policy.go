@@ -6,7 +6,6 @@ package lossy
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -27,28 +26,55 @@ const Block = 2048
 
 // Policy is a group's lossy modes: what the user asked for.
 type Policy struct {
-	AllGather quant.Mode
-	MinBytes  int
+	AllGather     quant.Mode
+	ReduceScatter quant.Mode
+	AllReduce     quant.Mode
+	MinBytes      int
 }
 
 // Lossless reports whether the policy codes nothing lossily.
-func (p Policy) Lossless() bool { return p.AllGather == quant.None }
+func (p Policy) Lossless() bool {
+	return p.AllGather == quant.None && p.ReduceScatter == quant.None && p.AllReduce == quant.None
+}
 
 // String is the policy as Parse reads it, e.g.
-// "all_gather=int8,min_bytes=65536", or "lossless".
+// "all_gather=int8,reduce_scatter=int4,min_bytes=65536", or "lossless".
 func (p Policy) String() string {
 	if p.Lossless() {
 		return "lossless"
 	}
-	return fmt.Sprintf("all_gather=%v,min_bytes=%d", p.AllGather, p.MinBytes)
+	var s []string
+	for _, name := range opNames {
+		if m := p.Mode(ops[name]); m != quant.None {
+			s = append(s, fmt.Sprintf("%s=%v", name, m))
+		}
+	}
+	return strings.Join(append(s, fmt.Sprintf("min_bytes=%d", p.MinBytes)), ",")
 }
 
 // Mode is the policy's mode for an op kind.
 func (p Policy) Mode(k opkind.Kind) quant.Mode {
-	if k == opkind.AllGather {
+	switch k {
+	case opkind.AllGather:
 		return p.AllGather
+	case opkind.ReduceScatter:
+		return p.ReduceScatter
+	case opkind.AllReduce:
+		return p.AllReduce
 	}
 	return quant.None
+}
+
+// set gives op kind k mode m.
+func (p *Policy) set(k opkind.Kind, m quant.Mode) {
+	switch k {
+	case opkind.AllGather:
+		p.AllGather = m
+	case opkind.ReduceScatter:
+		p.ReduceScatter = m
+	case opkind.AllReduce:
+		p.AllReduce = m
+	}
 }
 
 // Applies returns the mode an op runs with under p: the op kind's mode
@@ -66,18 +92,21 @@ func (p Policy) Applies(k opkind.Kind, dt dtype.DType, op reduce.Op, totalBytes 
 	return m
 }
 
-// ops are the op names a policy may name.
+// ops are the op names a policy may name; opNames in the order String
+// writes them.
 var ops = map[string]opkind.Kind{
 	"all_gather":     opkind.AllGather,
 	"reduce_scatter": opkind.ReduceScatter,
 	"all_reduce":     opkind.AllReduce,
 }
 
+var opNames = []string{"all_gather", "reduce_scatter", "all_reduce"}
+
 // Parse reads a policy: comma-separated op=mode pairs (all_gather,
 // reduce_scatter, all_reduce; int8, int4, fp8) and min_bytes=N. An empty
 // spec is the lossless policy. Modes that make no sense for an op (int4
-// weights), and modes zipccl does not have (every one but all_gather=int8),
-// are refused here, when the policy is set, never at the op.
+// weights), and modes zipccl does not have (fp8), are refused here, when
+// the policy is set, never at the op.
 func Parse(spec string) (Policy, error) {
 	p := Policy{MinBytes: DefaultMinBytes}
 	spec = strings.TrimSpace(spec)
@@ -115,20 +144,15 @@ func Parse(spec string) (Policy, error) {
 			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: unknown mode %q for %s (want int8, int4 or fp8)", spec, val, key)
 		case k == opkind.AllGather && val == "int4":
 			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: int4 makes no sense for all_gather (it gathers weights: use int8)", spec)
-		case k == opkind.AllGather && val == "int8":
-			p.AllGather = quant.Int8
+		case val == "int8":
+			p.set(k, quant.Int8)
+		case val == "int4":
+			p.set(k, quant.Int4)
 		default:
-			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: %s=%s is not a mode zipccl has (it has all_gather=int8)", spec, key, val)
+			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: %s=%s is not a mode zipccl has (it has int8 and int4; int4 for reductions only)", spec, key, val)
 		}
 	}
 	return p, nil
 }
 
-func names() string {
-	var n []string
-	for k := range ops {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return strings.Join(n, ", ")
-}
+func names() string { return strings.Join(opNames, ", ") }

@@ -27,11 +27,18 @@ func get(dt dtype.DType, b []byte) []float32 {
 	return xs
 }
 
+var modes = []Mode{Int8, Int4}
+
 func roundTrip(t *testing.T, src []byte, dt dtype.DType, block int) ([]byte, []byte, []byte) {
 	t.Helper()
+	return roundTripMode(t, src, dt, Int8, block)
+}
+
+func roundTripMode(t *testing.T, src []byte, dt dtype.DType, mode Mode, block int) ([]byte, []byte, []byte) {
+	t.Helper()
 	numel := len(src) / dt.Size()
-	main := make([]byte, MainLen(numel, block))
-	exact, err := Encode(main, nil, src, dt, Int8, block)
+	main := make([]byte, MainLen(mode, numel, block))
+	exact, err := Encode(main, nil, src, dt, mode, block)
 	require.NoError(t, err)
 	h, err := PeekHeader(main)
 	require.NoError(t, err)
@@ -60,27 +67,29 @@ func halfULP(dt dtype.DType, v float32) float64 {
 // float64 value: s/2 (plus float32's own rounding) and the rounding to dt.
 func TestErrorBound(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, dt := range floats {
-		for _, numel := range []int{1, 31, 2048, 2049, 5000} {
-			xs := make([]float32, numel)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64() * 0.02 * math.Exp(rng.NormFloat64()))
-			}
-			src := put(dt, xs)
-			in := get(dt, src)
-			_, _, dst := roundTrip(t, src, dt, 2048)
-			out := get(dt, dst)
-			for b := 0; b < numel; b += 2048 {
-				hi := min(numel, b+2048)
-				var absmax float64
-				for _, v := range in[b:hi] {
-					absmax = max(absmax, math.Abs(float64(v)))
+	for _, mode := range modes {
+		for _, dt := range floats {
+			for _, numel := range []int{1, 31, 2048, 2049, 5000} {
+				xs := make([]float32, numel)
+				for i := range xs {
+					xs[i] = float32(rng.NormFloat64() * 0.02 * math.Exp(rng.NormFloat64()))
 				}
-				s := absmax / 127
-				for i := b; i < hi; i++ {
-					err := math.Abs(float64(out[i]) - float64(in[i]))
-					bound := 0.5*s*(1+1e-4) + halfULP(dt, out[i])
-					require.LessOrEqualf(t, err, bound, "%v numel %d element %d: %v -> %v", dt, numel, i, in[i], out[i])
+				src := put(dt, xs)
+				in := get(dt, src)
+				_, _, dst := roundTripMode(t, src, dt, mode, 2048)
+				out := get(dt, dst)
+				for b := 0; b < numel; b += 2048 {
+					hi := min(numel, b+2048)
+					var absmax float64
+					for _, v := range in[b:hi] {
+						absmax = max(absmax, math.Abs(float64(v)))
+					}
+					s := absmax / float64(mode.qmax())
+					for i := b; i < hi; i++ {
+						err := math.Abs(float64(out[i]) - float64(in[i]))
+						bound := 0.5*s*(1+1e-4) + halfULP(dt, out[i])
+						require.LessOrEqualf(t, err, bound, "%v %v numel %d element %d: %v -> %v", mode, dt, numel, i, in[i], out[i])
+					}
 				}
 			}
 		}
@@ -178,7 +187,7 @@ func TestCorruptMessages(t *testing.T) {
 	}
 	xs[70] = float32(math.NaN())
 	src := put(dtype.Float32, xs)
-	main := make([]byte, MainLen(100, 32))
+	main := make([]byte, MainLen(Int8, 100, 32))
 	exact, err := Encode(main, nil, src, dtype.Float32, Int8, 32)
 	require.NoError(t, err)
 	dst := make([]byte, len(src))
@@ -203,7 +212,7 @@ func TestCorruptMessages(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	src := put(dtype.BFloat16, []float32{1, -2, 3, float32(math.Inf(1)), 5})
-	main := make([]byte, MainLen(5, 32))
+	main := make([]byte, MainLen(Int8, 5, 32))
 	exact, _ := Encode(main, nil, src, dtype.BFloat16, Int8, 32)
 	f.Add(main, exact)
 	f.Fuzz(func(t *testing.T, m, e []byte) {

@@ -79,3 +79,27 @@ func Need(what string, got, want int) error {
 	}
 	return nil
 }
+
+// Float32s is b's float32 elements (the host's byte order, little-endian
+// on every platform zipccl builds for), read-only: b itself when it is
+// 4-byte aligned, else a copy.
+func Float32s(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	if uintptr(p)%4 == 0 {
+		return unsafe.Slice((*float32)(p), len(b)/4)
+	}
+	out := make([]float32, len(b)/4)
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), 4*len(out)), b)
+	return out
+}
+
+// Float32Bytes is the memory of s as bytes.
+func Float32Bytes(s []float32) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
+}

@@ -1,0 +1,52 @@
+package lossy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/quant"
+)
+
+// AllReduce sums In[0] across ranks into Out[0] (collective.AllReduce's
+// contract), coded with mode, and divides by avg when it is more than 1:
+// a lossy two-shot. The tensor is cut into one shard per rank (whole
+// blocks); the shards are reduced on their owners as ReduceScatter does,
+// in float32; each owner codes its sum once (float32 values, AVG's
+// division done) and the shards are all-gathered coded. Every rank, the
+// owner included, decodes every shard from the same bytes, so the outputs
+// are bitwise identical on every rank, each element quantized exactly twice
+// on its way (once more per host crossed before the owner, on hosts: none).
+func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, hosts [][]int, avg int) error {
+	n, me := c.Size(), c.Rank()
+	if len(a.In) != 1 || len(a.Out) != 1 || len(a.In[0]) != len(a.Out[0]) {
+		return fmt.Errorf("lossy: all_reduce: want 1 input and 1 output of one length")
+	}
+	es := a.DType.Size()
+	numel := len(a.Out[0]) / es
+	nb := quant.Blocks(numel, Block)
+	ins, outs := make([][]byte, n), make([][]byte, n)
+	for j := range n {
+		lo, hi := min(numel, nb*j/n*Block), min(numel, nb*(j+1)/n*Block)
+		ins[j], outs[j] = a.In[0][lo*es:hi*es], a.Out[0][lo*es:hi*es]
+	}
+	o, err := newToOwners(c, a.Pool, a.DType, mode, ins, hosts)
+	if err != nil {
+		return fmt.Errorf("lossy: all_reduce: %w", err)
+	}
+	acc := make([]float32, o.numels[me])
+	if err := o.run(ctx, acc); err != nil {
+		return fmt.Errorf("lossy: all_reduce: %w", err)
+	}
+	divide(acc, avg)
+	// Out[0] may be In[0]: the reduction has read every input by now.
+	second := stepOffset{c, uint32(ownerPieceSteps * maxPieces)}
+	g := collective.Args{DType: a.DType, Out: outs, Pool: a.Pool, Local: a.Local}
+	err = gatherCoded(ctx, second, g, mode, func(main []byte, lo, hi int) ([]byte, error) {
+		return quant.EncodeFloat32(main, nil, acc[lo:hi], mode, Block)
+	})
+	if err != nil {
+		return fmt.Errorf("lossy: all_reduce: %w", err)
+	}
+	return nil
+}
