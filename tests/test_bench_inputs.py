@@ -75,9 +75,12 @@ def test_backend_entries():
     assert parse_backend("gloo") == BackendSpec("gloo")
     assert parse_backend("zipccl:never@staged") == BackendSpec("zipccl", "never", "staged")
     assert parse_backend("zipccl+flat+enc") == BackendSpec("zipccl", encrypt=True, flat=True)
-    assert parse_backend("zipccl+int8").lossy_policy() == {"all_gather": "int8"}
+    assert parse_backend("zipccl+int8").lossy_policy() == {"all_gather": "int8", "reduce_scatter": "int8",
+                                                          "all_reduce": "int8"}
+    assert parse_backend("zipccl+int4").lossy_policy() == {"all_gather": "int8", "reduce_scatter": "int4",
+                                                          "all_reduce": "int4"}
     for bad in ("gloo:never", "gloo+enc", "gloo+int8", "zipccl+zip", "zipccl+enc+enc", "zipccl:sometimes",
-                "zipccl@gpu"):
+                "zipccl@gpu", "zipccl+int8+int4"):
         with pytest.raises(ValueError, match="--backends"):
             parse_backend(bad)
 
@@ -87,8 +90,9 @@ def test_lossy_check_bounds_the_int8_error():
     from zipccl.bench.ops import compare, lossy_tolerance
     from zipccl.bench.specs import OPS
 
+    modes = {"all_gather": "int8"}
     ref = (torch.randn(2 * 5000) * 0.02).to(torch.bfloat16)
-    tol = lossy_tolerance(OPS["all_gather"], ref, 2)
+    tol = lossy_tolerance(OPS["all_gather"], ref, 2, modes, None)
     assert tol is not None and tol.shape == ref.shape
     step = ref.double().reshape(2, -1)[:, :2048].abs().max(dim=1).values / 127
     assert torch.all(tol.reshape(2, -1)[:, 0] >= step / 2)
@@ -96,4 +100,22 @@ def test_lossy_check_bounds_the_int8_error():
     assert compare(OPS["all_gather"], near, ref, tol)[0] in ("ok", "exact")
     far = ref.double() + tol * 1.5
     assert compare(OPS["all_gather"], far, ref, tol)[0] == "FAIL"
-    assert lossy_tolerance(OPS["all_reduce"], ref, 2) is None
+    assert lossy_tolerance(OPS["all_reduce"], ref, 2, modes, None) is None
+
+
+def test_lossy_check_bounds_the_reductions():
+    # a 4-rank int4 reduce_scatter: n-1 = 3 half steps of sum(|x_i|)'s
+    # block absmax; all_reduce adds one of the result's block
+    import torch
+    from zipccl.bench.ops import compare, lossy_tolerance
+    from zipccl.bench.specs import OPS
+
+    modes = {"reduce_scatter": "int4", "all_reduce": "int4"}
+    xs = torch.randn(4, 5000, dtype=torch.float64)
+    ref, total = xs.sum(0).float(), xs.abs().sum(0).float()
+    tol = lossy_tolerance(OPS["reduce_scatter"], ref, 4, modes, total)
+    assert float(tol[0]) >= 3 * float(total[:2048].max()) / 7 / 2
+    assert compare(OPS["reduce_scatter"], ref.double() + tol * 0.9, ref, tol)[0] == "ok"
+    assert compare(OPS["reduce_scatter"], ref.double() + tol * 1.5, ref, tol)[0] == "FAIL"
+    tar = lossy_tolerance(OPS["all_reduce"], ref, 4, modes, total)
+    assert torch.all(tar > tol)

@@ -38,7 +38,7 @@ func layoutName(n int, hosts [][]int) string {
 }
 
 // world runs f on every rank of an in-memory world of n ranks.
-func world(t *testing.T, n int, f func(ctx context.Context, c collective.VarConn) error) {
+func world(t testing.TB, n int, f func(ctx context.Context, c collective.VarConn) error) {
 	t.Helper()
 	w := conntest.NewWorld(n)
 	conns := w.Conns()

@@ -125,6 +125,7 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 		return corrupt("message of %d elements, want %d", h.Numel, len(acc))
 	}
 	var tab [256]float32
+	var pairs [256][2]float32
 	var wide []float32
 	_, err = walk(main, exact, func(b block) bool {
 		a := acc[b.lo:b.hi]
@@ -144,14 +145,10 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 			}
 			return true
 		}
-		n := 256
-		if h.Mode == Int4 {
-			n = 16
-		}
-		for c := range n {
-			tab[c] = code(h.Mode, byte(c)) * b.scale
-		}
 		if h.Mode == Int8 {
+			for c := range 256 {
+				tab[c] = codeValue(Int8, byte(c)) * b.scale
+			}
 			if first {
 				for i, c := range b.codes {
 					a[i] = tab[c]
@@ -163,18 +160,33 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 			}
 			return true
 		}
-		for k, c := range b.codes {
-			i := 2 * k
+		// int4: one lookup per byte gives both of its elements
+		for c := range 256 {
+			pairs[c] = [2]float32{codeValue(Int4, byte(c)>>4) * b.scale, codeValue(Int4, byte(c)) * b.scale}
+		}
+		codes, odd := b.codes, len(a)%2 == 1
+		if odd {
+			codes = codes[:len(codes)-1]
+		}
+		pa := a[:2*len(codes)]
+		if first {
+			for k, c := range codes {
+				v := &pairs[c]
+				pa[2*k], pa[2*k+1] = v[0], v[1]
+			}
+		} else {
+			for k, c := range codes {
+				v := &pairs[c]
+				pa[2*k] += v[0]
+				pa[2*k+1] += v[1]
+			}
+		}
+		if odd {
+			v := pairs[b.codes[len(b.codes)-1]][0]
 			if first {
-				a[i] = tab[c>>4]
-				if i+1 < len(a) {
-					a[i+1] = tab[c&15]
-				}
+				a[len(a)-1] = v
 			} else {
-				a[i] += tab[c>>4]
-				if i+1 < len(a) {
-					a[i+1] += tab[c&15]
-				}
+				a[len(a)-1] += v
 			}
 		}
 		return true
@@ -182,9 +194,9 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 	return err
 }
 
-// code is the value of a code byte (int8) or nibble (int4, in c's low
-// four bits).
-func code(m Mode, c byte) float32 {
+// codeValue is the value of a code byte (int8) or nibble (int4, in c's low
+// four bits; the high ones are ignored).
+func codeValue(m Mode, c byte) float32 {
 	if m == Int4 {
 		return float32(int8(c<<4) >> 4)
 	}
@@ -200,7 +212,7 @@ func codeTable(m Mode, dt dtype.DType, s float32, tab *[256]uint32) {
 		n = 16
 	}
 	for c := range n {
-		v := code(m, byte(c)) * s // finite, as is its rounding below
+		v := codeValue(m, byte(c)) * s // finite, as is its rounding below
 		switch dt {
 		case dtype.BFloat16:
 			u := math.Float32bits(v)

@@ -37,10 +37,6 @@ func Encode(main []byte, exact []byte, src []byte, dt dtype.DType, mode Mode, bl
 	scales := main[HeaderLen : HeaderLen+4*nb]
 	codes := main[HeaderLen+4*nb:]
 	x := make([]float32, block)
-	var q []byte // int4: a block's codes before packing
-	if mode == Int4 {
-		q = make([]byte, block)
-	}
 	qmax := mode.qmax()
 	nexact := 0
 	for b := range nb {
@@ -63,10 +59,9 @@ func Encode(main []byte, exact []byte, src []byte, dt dtype.DType, mode Mode, bl
 		binary.LittleEndian.PutUint32(scales[4*b:], math.Float32bits(absmax/qmax))
 		if mode == Int8 {
 			quantize(dt, out, raw, x, qmax/absmax)
-			continue
+		} else {
+			quantize4(dt, out, raw, x, qmax/absmax)
 		}
-		quantize(dt, q, raw, x, qmax/absmax)
-		pack4(out, q[:hi-lo])
 	}
 	putHeader(main, mode, dt, numel, block, nexact)
 	return exact, nil
@@ -78,63 +73,68 @@ func EncodeFloat32(main []byte, exact []byte, src []float32, mode Mode, block in
 	return Encode(main, exact, bufs.Float32Bytes(src), dtype.Float32, mode, block)
 }
 
-// pack4 packs int4 codes two per byte: element 2k in the high nibble,
-// element 2k+1 in the low one (DeepSpeed's order), an odd count's last
-// low nibble 0.
-func pack4(dst, q []byte) {
-	k := 0
-	for ; k+1 < len(q); k += 2 {
-		dst[k/2] = q[k]<<4 | q[k+1]&15
-	}
-	if k < len(q) {
-		dst[k/2] = q[k] << 4
-	}
-}
-
 // absMax is the largest magnitude of a block of dt, and false if the block
 // holds a NaN or an infinity. Magnitudes are compared as integers: for
 // IEEE formats their order is the values' order (NaNs above infinity).
 func absMax(dt dtype.DType, src []byte) (float32, bool) {
-	switch dt {
-	case dtype.Float32:
+	if dt == dtype.Float32 {
 		var m uint32
 		for i := 0; i+4 <= len(src); i += 4 {
 			m = max(m, binary.LittleEndian.Uint32(src[i:])&0x7FFFFFFF)
 		}
 		return math.Float32frombits(m), m < 0x7F800000
-	case dtype.BFloat16:
-		var m uint16
-		for i := 0; i+2 <= len(src); i += 2 {
-			m = max(m, binary.LittleEndian.Uint16(src[i:])&0x7FFF)
-		}
-		return dtype.BF16ToF32(m), m < 0x7F80
-	default: // float16
-		var m uint16
-		for i := 0; i+2 <= len(src); i += 2 {
-			m = max(m, binary.LittleEndian.Uint16(src[i:])&0x7FFF)
-		}
-		return dtype.F16ToF32(m), m < 0x7C00
 	}
+	m := absMax16(src)
+	if dt == dtype.BFloat16 {
+		return dtype.BF16ToF32(m), m < 0x7F80
+	}
+	return dtype.F16ToF32(m), m < 0x7C00 // float16
 }
 
-// rne is 1.5 * 2^23: for |y| < 2^22, (y + rne) - rne in float32 is y
-// rounded to an integer, ties to even (the sum's ulp is 1).
-const rne = 12582912
+// absMax16Go is absMax16's portable code: four lanes to a word, each lane
+// its own running maximum, so that the comparisons do not wait on each
+// other.
+func absMax16Go(src []byte) uint16 {
+	var m0, m1, m2, m3 uint64
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		w := binary.LittleEndian.Uint64(src[i:])
+		m0 = max(m0, w&0x7FFF)
+		m1 = max(m1, w>>16&0x7FFF)
+		m2 = max(m2, w>>32&0x7FFF)
+		m3 = max(m3, w>>48&0x7FFF)
+	}
+	for ; i+2 <= len(src); i += 2 {
+		m0 = max(m0, uint64(binary.LittleEndian.Uint16(src[i:])&0x7FFF))
+	}
+	return uint16(max(m0, m1, m2, m3))
+}
+
+// rne is 1.5 * 2^23: for |y| < 2^22, y + rne in float32 is y rounded to
+// an integer (ties to even: the sum's ulp is 1) plus rne, whose bits are
+// then rneBits plus that integer.
+const (
+	rne     = 12582912
+	rneBits = 0x4B400000
+)
+
+// code is rne(v * inv) as a byte (two's complement; int4 takes its low
+// nibble). The conversions keep the product and the sum two float32
+// roundings, never one FMA, as the CUDA kernels compute them.
+func code(v, inv float32) byte {
+	y := float32(v * inv)
+	return byte(math.Float32bits(float32(y+rne)) - rneBits)
+}
 
 // quantize sets q[i] = rne(x[i] * inv) for the elements of src, as int8.
 // |x| <= absmax makes |x*inv| at most qmax plus float32 rounding, so the
 // code is within [-qmax, qmax]. x is scratch (float16 and float32 widen
 // into it).
 func quantize(dt dtype.DType, q, src []byte, x []float32, inv float32) {
-	code := func(v float32) byte {
-		y := float32(v * inv) // conversions: never fused into one FMA
-		r := float32(y+rne) - rne
-		return byte(int8(r))
-	}
 	if dt == dtype.BFloat16 {
 		q = q[:len(src)/2]
 		for i := range q {
-			q[i] = code(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16))
+			q[i] = code(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16), inv)
 		}
 		return
 	}
@@ -142,7 +142,34 @@ func quantize(dt dtype.DType, q, src []byte, x []float32, inv float32) {
 	widen(dt, xs, src)
 	q = q[:len(xs)]
 	for i, v := range xs {
-		q[i] = code(v)
+		q[i] = code(v, inv)
+	}
+}
+
+// quantize4 is quantize for int4, packing as it goes (pack4's order).
+func quantize4(dt dtype.DType, out, src []byte, x []float32, inv float32) {
+	n := len(src) / dt.Size()
+	if dt == dtype.BFloat16 {
+		k := 0
+		for ; k+4 <= len(src); k += 4 {
+			w := binary.LittleEndian.Uint32(src[k:])
+			hi := code(math.Float32frombits(w<<16), inv)
+			lo := code(math.Float32frombits(w&0xFFFF0000), inv)
+			out[k/4] = hi<<4 | lo&15
+		}
+		if k < len(src) {
+			out[k/4] = code(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[k:]))<<16), inv) << 4
+		}
+		return
+	}
+	xs := x[:n]
+	widen(dt, xs, src)
+	k := 0
+	for ; k+1 < n; k += 2 {
+		out[k/2] = code(xs[k], inv)<<4 | code(xs[k+1], inv)&15
+	}
+	if k < n {
+		out[k/2] = code(xs[k], inv) << 4
 	}
 }
 

@@ -235,3 +235,25 @@ func narrow(dt dtype.DType, dst []byte, s []float32) {
 		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
 	}
 }
+
+// absMax16's AVX2 routine and the portable code agree, on every length
+// and alignment, with the maximum anywhere (the portable code runs under
+// both settings of useAVX2 through the other tests too).
+func TestAbsMax16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	buf := make([]byte, 2*300+1)
+	for range 2000 {
+		off := rng.IntN(2)
+		n := rng.IntN(300)
+		b := buf[off : off+2*n]
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		want := uint16(0)
+		for i := 0; i < n; i++ {
+			want = max(want, binary.LittleEndian.Uint16(b[2*i:])&0x7FFF)
+		}
+		require.Equal(t, want, absMax16(b), "n %d", n)
+		require.Equal(t, want, absMax16Go(b), "n %d", n)
+	}
+}

@@ -112,7 +112,8 @@ func Widen(dt dtype.DType, acc []float32, src []byte) {
 // Narrow sets dst[i] = narrow(acc[i]) for a bfloat16, float16 or float8 dst.
 func Narrow(dt dtype.DType, dst []byte, acc []float32) {
 	checkAccum("Narrow", dt, Sum, len(acc), dst)
-	narrowGo(dt, dst, acc)
+	done := narrowSIMD(dt, dst, acc)
+	narrowGo(dt, dst[done*dt.Size():], acc[done:])
 }
 
 // accChunk is the number of elements the portable kernels widen at a time

@@ -49,6 +49,30 @@ func accFinishF16AddAVX2(dst *byte, acc *float32, src *byte, n int)
 //go:noescape
 func accFinishF16MulAVX2(dst *byte, acc *float32, src *byte, n int)
 
+//go:noescape
+func narrowBF16AVX2(dst *byte, acc *float32, n int)
+
+//go:noescape
+func narrowF16AVX2(dst *byte, acc *float32, n int)
+
+// narrowSIMD narrows the leading elements it can (a multiple of 16) and
+// returns how many.
+func narrowSIMD(dt dtype.DType, dst []byte, acc []float32) int {
+	n := len(acc) &^ 15
+	if curLevel < levelAVX2 || n == 0 {
+		return 0
+	}
+	switch dt {
+	case dtype.BFloat16:
+		narrowBF16AVX2(unsafe.SliceData(dst), unsafe.SliceData(acc), n)
+	case dtype.Float16:
+		narrowF16AVX2(unsafe.SliceData(dst), unsafe.SliceData(acc), n)
+	default:
+		return 0
+	}
+	return n
+}
+
 // accSIMD returns the number of leading elements a SIMD routine should
 // handle for (dt, op), and which routine set (0 bf16 add, 1 bf16 mul, 2 f16
 // add, 3 f16 mul), or -1.

@@ -330,3 +330,45 @@ loop:
 	JB        loop
 	VZEROUPPER
 	RET
+
+// func narrowBF16AVX2(dst *byte, acc *float32, n int)
+TEXT ·narrowBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), BX
+	MOVQ acc+8(FP), DI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+	BF16_CONSTS
+
+loop:
+	VMOVUPS   (DI)(AX*4), Y0
+	VMOVUPS   32(DI)(AX*4), Y1
+	ROUND_BF16(Y0, Y4)
+	ROUND_BF16(Y1, Y5)
+	VPACKUSDW Y1, Y0, Y0
+	VPERMQ    $0xD8, Y0, Y0
+	VMOVDQU   Y0, (BX)(AX*2)
+	ADDQ      $16, AX
+	CMPQ      AX, CX
+	JB        loop
+	VZEROUPPER
+	RET
+
+// func narrowF16AVX2(dst *byte, acc *float32, n int)
+TEXT ·narrowF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), BX
+	MOVQ acc+8(FP), DI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+loop:
+	VMOVUPS   (DI)(AX*4), Y0
+	VMOVUPS   32(DI)(AX*4), Y1
+	VCVTPS2PH $0, Y0, X0
+	VCVTPS2PH $0, Y1, X1
+	VMOVDQU   X0, (BX)(AX*2)
+	VMOVDQU   X1, 16(BX)(AX*2)
+	ADDQ      $16, AX
+	CMPQ      AX, CX
+	JB        loop
+	VZEROUPPER
+	RET

@@ -162,6 +162,29 @@ func TestAccumExhaustive16(t *testing.T) {
 }
 
 func TestWidenNarrow(t *testing.T) {
+	defer func() { curLevel = bestLevel }()
+	for l := levelGeneric; l <= bestLevel; l++ {
+		curLevel = l
+		testWidenNarrow(t)
+	}
+}
+
+func testWidenNarrow(t *testing.T) {
+	// Narrow rounds any float32 (ties, NaN payloads, overflow) as narrow32
+	rng := rand.New(rand.NewPCG(3, uint64(curLevel)))
+	wide := make([]float32, 4099)
+	for i := range wide {
+		wide[i] = math.Float32frombits(rng.Uint32())
+	}
+	for _, dt := range accDTypes {
+		got := make([]byte, len(wide)*dt.Size())
+		Narrow(dt, got, wide)
+		for i, v := range wide {
+			if g, want := load(got, dt.Size(), i), narrow32(dt, v); g != want {
+				t.Fatalf("%v at %s: Narrow(%#x) = %#x, want %#x", dt, levelNames[curLevel], math.Float32bits(v), g, want)
+			}
+		}
+	}
 	for _, dt := range accDTypes {
 		size := dt.Size()
 		n := 1 << (8 * size)

@@ -59,7 +59,8 @@ class Options:
             keeps ``ZIPCCL_ENCRYPT``. Every rank must agree. CUDA tensors of
             an encrypted group stay off NCCL, whose traffic is its own.
         lossy: the group's opt-in lossy modes per op, e.g.
-            ``{"all_gather": "int8"}`` (see ``set_lossy``); None keeps
+            ``{"all_gather": "int8", "reduce_scatter": "int4"}`` (see
+            ``set_lossy``); None keeps
             ``ZIPCCL_LOSSY``, else lossless. Every rank must agree.
         lossy_min_bytes: the smallest tensor a lossy mode codes (default
             64 KiB); None keeps the default.
@@ -274,13 +275,15 @@ def set_lossy(group: Any = None, *, min_bytes: int | None = None, **modes: str |
     concern fails on every rank, naming the policy. With no modes the group
     is lossless again.
 
-    Modes: ``all_gather="int8"`` (blockwise int8 with one fp32 scale per
-    2048 elements; NaN and Inf blocks travel exact). A mode applies only
-    to float32, bfloat16 and float16 tensors whose op's output (the
-    gathered tensor) has at least ``min_bytes`` (default 64 KiB);
-    everything else stays exact. Modes that make no sense (int4 for
-    all_gather) and modes zipccl does not have (all but all_gather="int8")
-    raise ValueError here.
+    Modes: ``all_gather="int8"``, ``reduce_scatter="int8"`` or ``"int4"``,
+    ``all_reduce="int8"`` or ``"int4"`` (blockwise, one fp32 scale per
+    2048 elements; NaN and Inf blocks travel exact; reductions sum in
+    float32, and on hosts of several ranks code only each host's exact
+    partial sum). A mode applies only to float32, bfloat16 and float16
+    tensors of at least ``min_bytes`` (default 64 KiB; the gathered or the
+    reduced tensor), and reductions only to SUM and AVG; everything else
+    stays exact. Modes that make no sense (int4 for all_gather) and modes
+    zipccl does not have (fp8) raise ValueError here.
     """
     spec = _lossy_spec(modes, min_bytes)
     try:

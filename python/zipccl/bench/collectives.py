@@ -37,8 +37,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="comma list, run side by side (default gloo,zipccl); zipccl:MODE runs zipccl with "
                         "compression MODE (auto, always, never), zipccl@PATH with CUDA tensors on GPU path PATH "
                         "(nccl, coded, staged), zipccl+enc with its pairs encrypted (AES-256-GCM), zipccl+flat without the hierarchical "
-                        "algorithms on hosts of several ranks, zipccl+int8 with the lossy all_gather=int8 policy "
-                        "(checked against the int8 bound), e.g. "
+                        "algorithms on hosts of several ranks, zipccl+int8 with the lossy int8 policy for all_gather, "
+                        "reduce_scatter and all_reduce, zipccl+int4 with int4 for the reductions and int8 for "
+                        "all_gather (checked against the bound of their quantizations), e.g. "
                         "gloo,zipccl,zipccl:never@staged,zipccl+enc")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the tensors live (default cpu); cuda puts every rank's on GPU rank mod "

@@ -111,39 +111,67 @@ def _noop() -> None:
     pass
 
 
-def reorder_tolerance(inp: torch.Tensor, spec: OpSpec, control, world_size: int, rank: int) -> torch.Tensor | None:
+def abs_sum(inp: torch.Tensor, spec: OpSpec, control, world_size: int, rank: int) -> torch.Tensor:
+    """sum(|x_i|) over the ranks' inputs, elementwise, on this rank's part
+    of the output (its shard for reduce_scatter)."""
+    total = inp.abs().float().cpu()
+    dist.all_reduce(total, group=control)
+    if spec.name == "reduce_scatter":
+        share = total.numel() // world_size
+        total = total[rank * share:(rank + 1) * share]
+    return total
+
+
+def reorder_tolerance(inp: torch.Tensor, total: torch.Tensor, world_size: int) -> torch.Tensor | None:
     """Elementwise bound on how far two correct sums of the ranks' inputs
     may differ: each of n-1 additions rounds to half an ulp of the partial
     sum, whatever the order, so two orders differ by at most
-    (n-1) * eps * sum(|x_i|). None for integer types (must be exact)."""
+    (n-1) * eps * sum(|x_i|) (total). None for integer types (must be
+    exact)."""
     if not inp.dtype.is_floating_point:
         return None
-    abs_sum = inp.abs().float().cpu()
-    dist.all_reduce(abs_sum, group=control)
-    if spec.name == "reduce_scatter":
-        share = abs_sum.numel() // world_size
-        abs_sum = abs_sum[rank * share:(rank + 1) * share]
     eps = torch.finfo(inp.dtype).eps
     tiny = torch.finfo(inp.dtype).tiny
-    return abs_sum * ((world_size - 1) * eps) + tiny
+    return total * ((world_size - 1) * eps) + tiny
 
 
 LOSSY_BLOCK = 2048  # backend/lossy.Block
+LOSSY_QMAX = {"int8": 127, "int4": 7}
 
 
-def lossy_tolerance(spec: OpSpec, ref: torch.Tensor, n: int) -> torch.Tensor | None:
-    """The int8 bound of a lossy all_gather's output against the exact one:
-    half a step of each shard's block (absmax / 127 / 2), plus the rounding
-    to the dtype. None for ops no lossy mode covers."""
-    if spec.name != "all_gather" or not ref.dtype.is_floating_point:
+def _block_absmax(x: torch.Tensor) -> torch.Tensor:
+    """Each element's block's largest magnitude (blocks of LOSSY_BLOCK along
+    the last dimension)."""
+    out = torch.empty_like(x)
+    for lo in range(0, x.shape[-1], LOSSY_BLOCK):
+        b = x[..., lo:lo + LOSSY_BLOCK]
+        out[..., lo:lo + LOSSY_BLOCK] = b.abs().amax(dim=-1, keepdim=True)
+    return out
+
+
+def lossy_tolerance(spec: OpSpec, ref: torch.Tensor, n: int, modes: dict[str, str],
+                    total: torch.Tensor | None) -> torch.Tensor | None:
+    """The bound of a lossy op's output against the exact one (ref), per
+    element: half a step (absmax / qmax / 2) per quantization on the way,
+    plus the rounding to the dtype. all_gather: one, of each shard's block.
+    reduce_scatter: one per contribution that crosses to the owner, each
+    block's absmax at most that of sum(|x_i|) (total), so n-1 of those.
+    all_reduce: that, plus one of the reduced block. None for ops the modes
+    do not cover."""
+    mode = modes.get(spec.name)
+    if mode is None or not ref.dtype.is_floating_point:
         return None
-    x = ref.detach().cpu().double().reshape(n, -1)
-    tol = torch.empty_like(x)
-    for lo in range(0, x.shape[1], LOSSY_BLOCK):
-        b = x[:, lo:lo + LOSSY_BLOCK]
-        tol[:, lo:lo + LOSSY_BLOCK] = b.abs().amax(dim=1, keepdim=True) / 127 / 2 * (1 + 1e-4)
+    q = LOSSY_QMAX[mode]
     ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}.get(ref.dtype, 0.0)
-    return (tol + x.abs() * ulp).reshape(ref.shape)
+    x = ref.detach().cpu().double()
+    if spec.name == "all_gather":
+        x = x.reshape(n, -1)
+        return (_block_absmax(x) / q / 2 * (1 + 1e-4) + x.abs() * ulp).reshape(ref.shape)
+    a = total.double().reshape(x.shape)
+    first = _block_absmax(a) * (n - 1) / q / 2 * (1 + 1e-4) + a * n * 2.0 ** -24
+    if spec.name == "all_reduce":
+        first = first + (_block_absmax(a) + first) / q / 2 * (1 + 1e-4)
+    return first + (x.abs() + first) * ulp
 
 
 def compare(spec: OpSpec, got: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor | None) -> tuple[str, float]:

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from . import data as bench_data
-from .ops import Bound, a2a_splits, bind, compare, input_numel, lossy_tolerance, reorder_tolerance
+from .ops import Bound, a2a_splits, abs_sum, bind, compare, input_numel, lossy_tolerance, reorder_tolerance
 from .specs import OPS, OpSpec, align_size, parse_backend
 
 EVENT_PREFIX = "@zipccl-bench "
@@ -164,20 +164,22 @@ def run_case(cfg: dict, spec: OpSpec, dtype_name: str, size: int, groups: dict, 
         if _agree_max(refused, control):
             backends.remove(b)
     ref_backend = "gloo" if "gloo" in backends else backends[0]
-    tol = reorder_tolerance(inp, spec, control, n, rank) if spec.reduces else None
+    total = abs_sum(inp, spec, control, n, rank) if spec.reduces and inp.dtype.is_floating_point else None
+    tol = reorder_tolerance(inp, total, n) if total is not None else None
     checks: dict[str, tuple[str, float]] = {}
     for b in backends:
         if b == ref_backend:
             continue
         btol = tol
-        if parse_backend(b).lossy:
-            btol = lossy_tolerance(spec, bounds[ref_backend].result, n)
+        modes = parse_backend(b).lossy_policy()
+        if modes and spec.name in modes:
+            btol = lossy_tolerance(spec, bounds[ref_backend].result, n, modes, total)
         verdict, maxdiff = compare(spec, bounds[b].result, bounds[ref_backend].result, btol)
         code = {"exact": 0, "ok": 1, "FAIL": 2}[verdict]
         worst = torch.tensor([code, maxdiff], dtype=torch.float64)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=control)
         checks[b] = (["exact", "ok", "FAIL"][int(worst[0])], float(worst[1]))
-    del tol
+    del tol, total
 
     # 2. warm-up, and a call count that fits the budget.
     est = 0.0
