@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/internal/workgroup"
 	"github.com/zipccl/zipccl/backend/quant"
 )
 
@@ -34,18 +35,46 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 	if err != nil {
 		return fmt.Errorf("lossy: all_reduce: %w", err)
 	}
+	// The two phases overlap: each piece of this rank's sum is coded for the
+	// all-gather as soon as it is complete. Out[0] may be In[0]: a piece of
+	// shard j reaches this rank's Out only after rank j summed it, which
+	// needed this rank's contribution to it, read and sent by then.
 	acc := make([]float32, o.numels[me])
-	if err := o.run(ctx, acc); err != nil {
-		return fmt.Errorf("lossy: all_reduce: %w", err)
+	ready := make([]chan struct{}, o.pieces)
+	for p := range ready {
+		ready[p] = make(chan struct{})
 	}
-	divide(acc, avg)
-	// Out[0] may be In[0]: the reduction has read every input by now.
-	second := stepOffset{c, uint32(ownerPieceSteps * maxPieces)}
-	g := collective.Args{DType: a.DType, Out: outs, Pool: a.Pool, Local: a.Local}
-	err = gatherCoded(ctx, second, g, mode, func(main []byte, lo, hi int) ([]byte, error) {
-		return quant.EncodeFloat32(main, nil, acc[lo:hi], mode, Block)
+	wait := func(ctx context.Context, lo, hi int) error {
+		for p := range o.pieces {
+			plo, phi := o.span(me, p)
+			if plo < hi && lo < phi {
+				select {
+				case <-ready[p]:
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			}
+		}
+		return nil
+	}
+	g, gctx := workgroup.New(ctx, "lossy")
+	g.Go(func() error {
+		return o.run(gctx, acc, func(p, _ int, sum []float32) {
+			divide(sum, avg)
+			close(ready[p])
+		})
 	})
-	if err != nil {
+	g.Go(func() error {
+		second := stepOffset{c, uint32(ownerPieceSteps * maxPieces)}
+		ga := collective.Args{DType: a.DType, Out: outs, Pool: a.Pool, Local: a.Local}
+		return gatherCoded(gctx, second, ga, mode, func(main []byte, lo, hi int) ([]byte, error) {
+			if err := wait(gctx, lo, hi); err != nil {
+				return nil, err
+			}
+			return quant.EncodeFloat32(main, nil, acc[lo:hi], mode, Block)
+		})
+	})
+	if err := g.Wait(); err != nil {
 		return fmt.Errorf("lossy: all_reduce: %w", err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package lossy
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
@@ -118,10 +119,13 @@ func (o *toOwners) rail() (ranks []int, at int) {
 	return ranks, o.host
 }
 
-// run sums into acc (numels[me] elements).
-func (o *toOwners) run(ctx context.Context, acc []float32) error {
+// run sums this rank's shard piece by piece in float32 and hands each
+// piece's sum to done as soon as it is complete: piece p, elements
+// [lo, lo+len(sum)) of the shard. With acc (numels[me] elements) the sums are its pieces;
+// without, scratch that done must not keep.
+func (o *toOwners) run(ctx context.Context, acc []float32, done func(p, lo int, sum []float32)) error {
 	me := o.c.Rank()
-	if len(acc) != o.numels[me] {
+	if acc != nil && len(acc) != o.numels[me] {
 		return fmt.Errorf("accumulator of %d elements for a shard of %d", len(acc), o.numels[me])
 	}
 	g, gctx := workgroup.New(ctx, "lossy")
@@ -133,7 +137,7 @@ func (o *toOwners) run(ctx context.Context, acc []float32) error {
 			}
 			g.Go(func() error {
 				defer func() { <-inflight }()
-				return o.piece(gctx, p, acc)
+				return o.piece(gctx, p, acc, done)
 			})
 		}
 		return nil
@@ -142,7 +146,7 @@ func (o *toOwners) run(ctx context.Context, acc []float32) error {
 }
 
 // piece runs both stages of piece p.
-func (o *toOwners) piece(ctx context.Context, p int, acc []float32) error {
+func (o *toOwners) piece(ctx context.Context, p int, acc []float32, done func(p, lo int, sum []float32)) error {
 	rail, at := o.rail()
 	// parts[i]: this rank's contribution to rail[i]'s piece, as dtype
 	// bytes (one hop) or a host's float32 partial sum.
@@ -158,12 +162,23 @@ func (o *toOwners) piece(ctx context.Context, p int, acc []float32) error {
 		if err != nil {
 			return err
 		}
+		defer func() {
+			for _, s := range sums {
+				putF32(s)
+			}
+		}()
 		for i := range rail {
 			parts[i] = bufs.Float32Bytes(sums[i])
 		}
 	}
 	lo, hi := o.span(o.c.Rank(), p)
-	mine := acc[lo:hi]
+	var mine []float32
+	if acc != nil {
+		mine = acc[lo:hi]
+	} else {
+		mine = getF32(hi - lo)
+		defer putF32(mine)
+	}
 	got := make([][]byte, len(rail)) // rail[i]'s coded partial of this rank's piece
 	mainLen := quant.MainLen(o.mode, hi-lo, Block)
 	g, gctx := workgroup.New(ctx, "lossy")
@@ -216,8 +231,23 @@ func (o *toOwners) piece(ctx context.Context, p int, acc []float32) error {
 			return fmt.Errorf("rank %d's coded piece: %w", r, err)
 		}
 	}
+	if done != nil {
+		done(p, lo, mine)
+	}
 	return nil
 }
+
+// f32Pool holds the pieces' float32 scratch.
+var f32Pool sync.Pool
+
+func getF32(n int) []float32 {
+	if b, ok := f32Pool.Get().(*[]float32); ok && cap(*b) >= n {
+		return (*b)[:n]
+	}
+	return make([]float32, n, max(n, pieceElems))
+}
+
+func putF32(b []float32) { f32Pool.Put(&b) }
 
 // hostSums is step 1 for piece p: this host's exact float32 sums of the
 // pieces of rail l's shards, one per host, in local-rank order.
@@ -259,12 +289,12 @@ func (o *toOwners) hostSums(ctx context.Context, p int) ([][]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	sums := make([][]float32, H)
+	sums := make([][]float32, H) // the caller's to putF32
 	off := 0
 	for h := range H {
 		r := o.hosts[h][o.local]
 		lo, hi := o.span(r, p)
-		sums[h] = make([]float32, hi-lo)
+		sums[h] = getF32(hi - lo)
 		for l := range mine {
 			src := o.in(r, p)
 			if l != o.local {

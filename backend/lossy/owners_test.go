@@ -193,8 +193,12 @@ func TestReduceScatter(t *testing.T) {
 					outs := make([][]byte, n)
 					world(t, n, func(ctx context.Context, c collective.VarConn) error {
 						r := c.Rank()
-						outs[r] = make([]byte, numel*es)
-						return ReduceScatter(ctx, c, collective.Args{DType: dt, In: ins[r], Out: [][]byte{outs[r]}}, mode, lay.hosts, 1)
+						in := make([][]byte, n) // a copy, the output in place on its own shard
+						for j := range in {
+							in[j] = append([]byte{}, ins[r][j]...)
+						}
+						outs[r] = in[r]
+						return ReduceScatter(ctx, c, collective.Args{DType: dt, In: in, Out: [][]byte{outs[r]}}, mode, lay.hosts, 1)
 					})
 					for j := range n {
 						want := make([]byte, numel*es)

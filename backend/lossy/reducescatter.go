@@ -15,7 +15,7 @@ import (
 // crosses a host (toOwners). The sum is in float32, in an order fixed by
 // the layout, and is rounded to the dtype once. Out[0] may be In[me].
 func ReduceScatter(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, hosts [][]int, avg int) error {
-	n, me := c.Size(), c.Rank()
+	n := c.Size()
 	if len(a.In) != n || len(a.Out) != 1 {
 		return fmt.Errorf("lossy: reduce_scatter: want %d inputs and 1 output", n)
 	}
@@ -28,10 +28,14 @@ func ReduceScatter(ctx context.Context, c collective.VarConn, a collective.Args,
 	if err != nil {
 		return fmt.Errorf("lossy: reduce_scatter: %w", err)
 	}
-	acc := make([]float32, o.numels[me])
-	if err := o.run(ctx, acc); err != nil {
+	// Each piece is finished into Out[0] when its sum is complete: the
+	// input it overwrites in place (In[me]'s piece) has been read by then.
+	es := a.DType.Size()
+	err = o.run(ctx, nil, func(_, lo int, sum []float32) {
+		finish(a.DType, a.Out[0][lo*es:(lo+len(sum))*es], sum, avg)
+	})
+	if err != nil {
 		return fmt.Errorf("lossy: reduce_scatter: %w", err)
 	}
-	finish(a.DType, a.Out[0], acc, avg)
 	return nil
 }

@@ -71,7 +71,17 @@ func validCodes(m Mode, codes []byte) bool {
 	if m == Int8 {
 		return bytes.IndexByte(codes, 0x80) < 0
 	}
-	for _, c := range codes {
+	// a nibble of 8 is a zero nibble of c ^ 0x88...: found eight at a time
+	// by the borrow trick, exact for "is there one"
+	const ones, highs = 0x1111111111111111, 0x8888888888888888
+	i := 0
+	for ; i+8 <= len(codes); i += 8 {
+		x := binary.LittleEndian.Uint64(codes[i:]) ^ highs
+		if (x-ones)&^x&highs != 0 {
+			return false
+		}
+	}
+	for _, c := range codes[i:] {
 		if c&0xF0 == 0x80 || c&15 == 8 {
 			return false
 		}
@@ -125,7 +135,6 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 		return corrupt("message of %d elements, want %d", h.Numel, len(acc))
 	}
 	var tab [256]float32
-	var pairs [256][2]float32
 	var wide []float32
 	_, err = walk(main, exact, func(b block) bool {
 		a := acc[b.lo:b.hi]
@@ -145,48 +154,37 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 			}
 			return true
 		}
+		done := accSIMD(h.Mode, a, b.codes, b.scale, first)
+		a = a[done:]
+		if len(a) == 0 {
+			return true
+		}
+		codes := b.codes[h.Mode.CodesLen(done):] // done is even
 		if h.Mode == Int8 {
 			for c := range 256 {
 				tab[c] = codeValue(Int8, byte(c)) * b.scale
 			}
-			if first {
-				for i, c := range b.codes {
+			for i, c := range codes {
+				if first {
 					a[i] = tab[c]
-				}
-			} else {
-				for i, c := range b.codes {
+				} else {
 					a[i] += tab[c]
 				}
 			}
 			return true
 		}
-		// int4: one lookup per byte gives both of its elements
-		for c := range 256 {
-			pairs[c] = [2]float32{codeValue(Int4, byte(c)>>4) * b.scale, codeValue(Int4, byte(c)) * b.scale}
+		for c := range 16 {
+			tab[c] = codeValue(Int4, byte(c)) * b.scale
 		}
-		codes, odd := b.codes, len(a)%2 == 1
-		if odd {
-			codes = codes[:len(codes)-1]
-		}
-		pa := a[:2*len(codes)]
-		if first {
-			for k, c := range codes {
-				v := &pairs[c]
-				pa[2*k], pa[2*k+1] = v[0], v[1]
+		for i := range a {
+			c := codes[i/2] >> 4
+			if i%2 == 1 {
+				c = codes[i/2] & 15
 			}
-		} else {
-			for k, c := range codes {
-				v := &pairs[c]
-				pa[2*k] += v[0]
-				pa[2*k+1] += v[1]
-			}
-		}
-		if odd {
-			v := pairs[b.codes[len(b.codes)-1]][0]
 			if first {
-				a[len(a)-1] = v
+				a[i] = tab[c]
 			} else {
-				a[len(a)-1] += v
+				a[i] += tab[c]
 			}
 		}
 		return true

@@ -131,6 +131,8 @@ func code(v, inv float32) byte {
 // code is within [-qmax, qmax]. x is scratch (float16 and float32 widen
 // into it).
 func quantize(dt dtype.DType, q, src []byte, x []float32, inv float32) {
+	done := quantSIMD(dt, Int8, q, src, inv)
+	q, src = q[done:], src[done*dt.Size():]
 	if dt == dtype.BFloat16 {
 		q = q[:len(src)/2]
 		for i := range q {
@@ -148,6 +150,8 @@ func quantize(dt dtype.DType, q, src []byte, x []float32, inv float32) {
 
 // quantize4 is quantize for int4, packing as it goes (pack4's order).
 func quantize4(dt dtype.DType, out, src []byte, x []float32, inv float32) {
+	done := quantSIMD(dt, Int4, out, src, inv) // even: whole bytes
+	out, src = out[done/2:], src[done*dt.Size():]
 	n := len(src) / dt.Size()
 	if dt == dtype.BFloat16 {
 		k := 0

@@ -187,3 +187,77 @@ func FuzzAccumulate(f *testing.F) {
 		_ = Accumulate(make([]float32, h.Numel), m, e, first) // must not panic
 	})
 }
+
+// The AVX2 routines give the portable code's bytes and sums, on random
+// values, rounding ties and float16 subnormals, every dtype and mode.
+func TestSIMDMatchesPortable(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("no AVX2 on this machine: the portable code is what runs")
+	}
+	defer func() { useAVX2 = true }()
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, mode := range modes {
+		for _, dt := range floats {
+			for _, numel := range []int{31, 32, 33, 2048, 2048 + 77, 3*2048 - 1} {
+				xs := make([]float32, numel)
+				for i := range xs {
+					switch i % 5 {
+					case 0:
+						xs[i] = float32(rng.IntN(15)-7) + 0.5 // ties when absmax is 7 or 127
+					case 1:
+						xs[i] = float32(rng.NormFloat64() * 1e-6) // float16 subnormals
+					default:
+						xs[i] = float32(rng.NormFloat64())
+					}
+				}
+				xs[0] = float32(mode.qmax())
+				src := put(dt, xs)
+				var mains [2][]byte
+				var accs [2][]float32
+				for k, simd := range []bool{true, false} {
+					useAVX2 = simd
+					mains[k] = make([]byte, MainLen(mode, numel, 2048))
+					exact, err := Encode(mains[k], nil, src, dt, mode, 2048)
+					require.NoError(t, err)
+					accs[k] = make([]float32, numel)
+					for i := range accs[k] {
+						accs[k][i] = float32(i) * 0.25
+					}
+					require.NoError(t, Accumulate(accs[k], mains[k], exact, false))
+					require.NoError(t, Accumulate(accs[k], mains[k], exact, false))
+					first := make([]float32, numel)
+					require.NoError(t, Accumulate(first, mains[k], exact, true))
+					accs[k] = append(accs[k], first...)
+				}
+				require.Equal(t, mains[1], mains[0], "%v %v numel %d: codes", mode, dt, numel)
+				require.Equal(t, accs[1], accs[0], "%v %v numel %d: sums", mode, dt, numel)
+			}
+		}
+	}
+}
+
+// validCodes finds a code -8 in any nibble of any byte, and nothing else.
+func TestValidCodesInt4(t *testing.T) {
+	for n := range 20 {
+		for pos := range 2 * n {
+			codes := make([]byte, n)
+			for i := range codes {
+				codes[i] = byte(i*37) & 0x77 // no nibble 8
+			}
+			require.True(t, validCodes(Int4, codes), "n %d", n)
+			if pos%2 == 0 {
+				codes[pos/2] = codes[pos/2]&15 | 0x80
+			} else {
+				codes[pos/2] = codes[pos/2]&0xF0 | 8
+			}
+			require.False(t, validCodes(Int4, codes), "n %d nibble %d", n, pos)
+		}
+	}
+	all := make([]byte, 0, 256)
+	for c := range 256 {
+		if c>>4 != 8 && c&15 != 8 {
+			all = append(all, byte(c))
+		}
+	}
+	require.True(t, validCodes(Int4, all))
+}
