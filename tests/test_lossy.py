@@ -124,10 +124,14 @@ def _results(res) -> list[dict]:
     return outs
 
 
-@pytest.mark.parametrize("world,by_option", [(2, True), (3, False), (4, True)])
-def test_int8_all_gather_matches_numpy_reference_on_every_rank(world, by_option):
+@pytest.mark.parametrize("world,by_option,hosts", [(2, True, None), (3, False, None), (4, True, None),
+                                                  (4, False, "abab")])
+def test_int8_all_gather_matches_numpy_reference_on_every_rank(world, by_option, hosts):
+    # "abab": 2 hosts of 2 ranks (ZIPCCL_HOST_ID), the main parts gathered
+    # on the rails, then inside the hosts
     env = {"BY_OPTION": "1"} if by_option else {}
-    outs = _results(launch(WORKER, world, env=env, timeout=240))
+    rank_env = (lambda r: {"ZIPCCL_HOST_ID": hosts[r]}) if hosts else None
+    outs = _results(launch(WORKER, world, env=env, rank_env=rank_env, timeout=240))
     for o in outs:
         assert o["checked"] == 3
         assert o["lossy_calls"] == 15, "three dtypes x (into_tensor, list, uneven list, 2 coalesced)"
@@ -140,7 +144,7 @@ import datetime, os, torch, torch.distributed as dist, zipccl
 dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=30))
 rank = dist.get_rank()
 errors = []
-for bad in ({"all_gather": "int4"}, {"reduce_scatter": "int4"}, {"all_gather": "int3"}, {"broadcast": "int8"}):
+for bad in ({"all_gather": "int4"}, {"reduce_scatter": "fp8"}, {"all_gather": "int3"}, {"broadcast": "int8"}):
     try:
         zipccl.set_lossy(**bad)
         errors.append(f"{bad}: accepted")

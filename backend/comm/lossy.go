@@ -89,7 +89,7 @@ func (c *Comm) applyPolicy(op *Op) error {
 func runLossy(ctx context.Context, conn collective.VarConn, op *Op, a collective.Args, hosts zcoll.Hosts, avg int) error {
 	switch op.Kind {
 	case opkind.AllGather:
-		return lossy.AllGather(ctx, conn, a, op.lossyMode)
+		return lossy.AllGather(ctx, conn, a, op.lossyMode, hosts)
 	case opkind.ReduceScatter:
 		return lossy.ReduceScatter(ctx, conn, a, op.lossyMode, hosts, avg)
 	case opkind.AllReduce:

@@ -28,7 +28,7 @@ var pieceElems = 1 << 16
 // piece, the main parts travel in one all-gather and the exact parts (blocks
 // holding NaN or Inf) in a second one, only when some rank has one; coding
 // the next pieces and decoding the received ones overlap the transfers.
-func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode) error {
+func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, hosts [][]int) error {
 	n, me := c.Size(), c.Rank()
 	if len(a.In) != 1 || len(a.Out) != n || len(a.Out[me]) != len(a.In[0]) {
 		return fmt.Errorf("lossy: all_gather: want 1 input and %d outputs, In[0] as long as Out[%d]", n, me)
@@ -39,15 +39,18 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 			return fmt.Errorf("lossy: all_gather: rank %d's %d bytes are not whole %v elements", r, len(out), a.DType)
 		}
 	}
-	return gatherCoded(ctx, c, a, mode, func(main []byte, lo, hi int) ([]byte, error) {
+	return gatherCoded(ctx, c, a, mode, hosts, func(main []byte, lo, hi int) ([]byte, error) {
 		return quant.Encode(main, nil, a.In[0][lo*es:hi*es], a.DType, mode, Block)
 	})
 }
 
 // gatherCoded is AllGather's pipeline: code(main, lo, hi) codes elements
 // [lo, hi) of this rank's shard (whole blocks) into main and returns the
-// exact part; every rank decodes every shard into a.Out (a.DType).
-func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, code func(main []byte, lo, hi int) ([]byte, error)) error {
+// exact part; every rank decodes every shard into a.Out (a.DType). On
+// hosts (a hierarchical layout) the main parts travel in two stages: on
+// each rail across hosts, then inside each host, so that each coded shard
+// crosses to every other host once.
+func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, hosts [][]int, code func(main []byte, lo, hi int) ([]byte, error)) error {
 	n, me := c.Size(), c.Rank()
 	es := a.DType.Size()
 	blocks := make([]int, n)
@@ -56,10 +59,14 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 		blocks[r] = quant.Blocks(len(out)/es, Block)
 		most = max(most, len(out)/es)
 	}
-	// Each piece uses two slot ranges (main, exact) of 2n steps, under the
-	// reserved top bit of a slot's 16-bit step.
+	if !hierarchical(hosts, n) {
+		hosts = nil
+	}
+	// Each piece uses three slot ranges (main on rails or on the group,
+	// main inside hosts, exact) of 2n steps, under the reserved top bit of
+	// a slot's 16-bit step.
 	stride := 2 * n
-	pieces := min(max(1, (most+pieceElems-1)/pieceElems), (1<<14)/(2*stride))
+	pieces := min(max(1, (most+pieceElems-1)/pieceElems), (1<<14)/(3*stride))
 	// piece p of rank r: its blocks [lo, hi), as elements and bytes of Out[r]
 	span := func(r, p int) (lo, hi int) {
 		numel := len(a.Out[r]) / es
@@ -106,7 +113,7 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 						mains[r] = a.Pool.Get(quant.MainLen(mode, hi-lo, Block))
 					}
 				}
-				exacts, err := gatherPiece(gctx, stepOffset{c, uint32(2 * p * stride)}, a, mains, mine.exact, stride)
+				exacts, err := gatherPiece(gctx, stepOffset{c, uint32(3 * p * stride)}, a, mains, mine.exact, hosts, stride)
 				<-inflight // transfers done: the next piece may start
 				if err != nil {
 					return err
@@ -133,9 +140,9 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 // gatherPiece all-gathers one piece's main parts (mains[me] filled, the
 // others sized) and, when some rank has blocks that travel exact, their
 // exact parts (the header of each main part says how long each is).
-func gatherPiece(ctx context.Context, c collective.Conn, a collective.Args, mains [][]byte, exact []byte, stride int) ([][]byte, error) {
+func gatherPiece(ctx context.Context, c collective.Conn, a collective.Args, mains [][]byte, exact []byte, hosts [][]int, stride int) ([][]byte, error) {
 	me := c.Rank()
-	if err := collective.AllGather(ctx, c, collective.Args{DType: dtype.UInt8, In: [][]byte{mains[me]}, Out: mains, Pool: a.Pool, Local: a.Local}); err != nil {
+	if err := gatherMains(ctx, c, a, mains, hosts, stride); err != nil {
 		return nil, err
 	}
 	exacts := make([][]byte, len(mains))
@@ -154,8 +161,105 @@ func gatherPiece(ctx context.Context, c collective.Conn, a collective.Args, main
 		return exacts, nil
 	}
 	copy(exacts[me], exact)
-	second := stepOffset{c, uint32(stride)}
-	return exacts, collective.AllGather(ctx, second, collective.Args{DType: dtype.UInt8, In: [][]byte{exact}, Out: exacts, Pool: a.Pool, Local: a.Local})
+	last := stepOffset{c, uint32(2 * stride)}
+	return exacts, collective.AllGather(ctx, last, collective.Args{DType: dtype.UInt8, In: [][]byte{exact}, Out: exacts, Pool: a.Pool, Local: a.Local})
+}
+
+// gatherMains all-gathers the main parts: on the whole group, or on hosts
+// first on this rank's rail (the main parts of its local index on every
+// host), then inside the host, each local rank forwarding what its rail
+// brought, back to back.
+func gatherMains(ctx context.Context, c collective.Conn, a collective.Args, mains [][]byte, hosts [][]int, stride int) error {
+	me := c.Rank()
+	u8 := collective.Args{DType: dtype.UInt8, Pool: a.Pool, Local: a.Local}
+	if hosts == nil {
+		u8.In, u8.Out = [][]byte{mains[me]}, mains
+		return collective.AllGather(ctx, c, u8)
+	}
+	host, local := where(hosts, me)
+	rail := railOf(hosts, local)
+	u8.In, u8.Out = [][]byte{mains[me]}, pick(mains, rail)
+	if err := collective.AllGather(ctx, &view{c, rail, host, 0}, u8); err != nil {
+		return err
+	}
+	// inside the host: local rank l sends its rail's main parts
+	mine := hosts[host]
+	outs := make([][]byte, len(mine))
+	for l := range mine {
+		n := 0
+		for _, r := range railOf(hosts, l) {
+			n += len(mains[r])
+		}
+		outs[l] = a.Pool.Get(n)
+		defer a.Pool.Put(outs[l])
+	}
+	off := 0
+	for _, r := range rail {
+		off += copy(outs[local][off:], mains[r])
+	}
+	u8.In, u8.Out = [][]byte{outs[local]}, outs
+	u8.Local = true // the ranks of one host
+	if err := collective.AllGather(ctx, &view{c, mine, local, uint32(stride)}, u8); err != nil {
+		return err
+	}
+	for l := range mine {
+		if l == local {
+			continue
+		}
+		off := 0
+		for _, r := range railOf(hosts, l) {
+			off += copy(mains[r], outs[l][off:])
+		}
+	}
+	return nil
+}
+
+// where finds group rank me in hosts: its host and local index.
+func where(hosts [][]int, me int) (host, local int) {
+	for h, ranks := range hosts {
+		for l, r := range ranks {
+			if r == me {
+				return h, l
+			}
+		}
+	}
+	return -1, -1
+}
+
+// railOf is the ranks of local index l on every host, in host order.
+func railOf(hosts [][]int, l int) []int {
+	out := make([]int, len(hosts))
+	for h, ranks := range hosts {
+		out[h] = ranks[l]
+	}
+	return out
+}
+
+// pick returns bs[r] for every rank r of ranks.
+func pick(bs [][]byte, ranks []int) [][]byte {
+	out := make([][]byte, len(ranks))
+	for i, r := range ranks {
+		out[i] = bs[r]
+	}
+	return out
+}
+
+// view is some ranks of the group's connection (this rank at index me),
+// their slots' steps moved up by base.
+type view struct {
+	c     collective.Conn
+	ranks []int
+	me    int
+	base  uint32
+}
+
+func (v *view) Rank() int { return v.me }
+func (v *view) Size() int { return len(v.ranks) }
+func (v *view) Send(ctx context.Context, peer int, slot uint32, bufs ...[]byte) error {
+	return v.c.Send(ctx, v.ranks[peer], slot+v.base<<16, bufs...)
+}
+func (v *view) Recv(ctx context.Context, peer int, slot uint32, buf []byte) error {
+	return v.c.Recv(ctx, v.ranks[peer], slot+v.base<<16, buf)
 }
 
 // stepOffset moves an algorithm's slots up by base steps, so that the

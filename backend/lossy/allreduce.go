@@ -17,7 +17,8 @@ import (
 // division done) and the shards are all-gathered coded. Every rank, the
 // owner included, decodes every shard from the same bytes, so the outputs
 // are bitwise identical on every rank, each element quantized exactly twice
-// on its way (once more per host crossed before the owner, on hosts: none).
+// on its way. On hosts both phases use the layout (ReduceScatter's and
+// AllGather's).
 func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, hosts [][]int, avg int) error {
 	n, me := c.Size(), c.Rank()
 	if len(a.In) != 1 || len(a.Out) != 1 || len(a.In[0]) != len(a.Out[0]) {
@@ -67,7 +68,7 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 	g.Go(func() error {
 		second := stepOffset{c, uint32(ownerPieceSteps * maxPieces)}
 		ga := collective.Args{DType: a.DType, Out: outs, Pool: a.Pool, Local: a.Local}
-		return gatherCoded(gctx, second, ga, mode, func(main []byte, lo, hi int) ([]byte, error) {
+		return gatherCoded(gctx, second, ga, mode, hosts, func(main []byte, lo, hi int) ([]byte, error) {
 			if err := wait(gctx, lo, hi); err != nil {
 				return nil, err
 			}

@@ -70,7 +70,7 @@ func TestApplies(t *testing.T) {
 }
 
 // gather runs AllGather on every rank of an in-memory world.
-func gather(t *testing.T, shards [][]byte, dt dtype.DType) [][][]byte {
+func gather(t *testing.T, shards [][]byte, dt dtype.DType, hosts [][]int) [][][]byte {
 	t.Helper()
 	n := len(shards)
 	w := conntest.NewWorld(n)
@@ -88,7 +88,7 @@ func gather(t *testing.T, shards [][]byte, dt dtype.DType) [][][]byte {
 		in := append([]byte{}, shards[r]...)
 		outs[r][r] = in // in place, as all_gather_into_tensor's own shard may be
 		wg.Go(func() {
-			errs[r] = AllGather(ctx, conns[r], collective.Args{DType: dt, In: [][]byte{in}, Out: outs[r]}, quant.Int8)
+			errs[r] = AllGather(ctx, conns[r], collective.Args{DType: dt, In: [][]byte{in}, Out: outs[r]}, quant.Int8, hosts)
 		})
 	}
 	wg.Wait()
@@ -113,10 +113,11 @@ func TestAllGatherIdenticalEverywhere(t *testing.T) {
 }
 
 func testAllGather(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
+	for _, lay := range layouts {
+		n := lay.n
 		for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16} {
 			for _, nonFinite := range []bool{false, true} {
-				name := fmt.Sprintf("n%d/%v/nonfinite=%v", n, dt, nonFinite)
+				name := fmt.Sprintf("%s/%v/nonfinite=%v", layoutName(n, lay.hosts), dt, nonFinite)
 				rng := rand.New(rand.NewPCG(uint64(n), uint64(dt)))
 				es := dt.Size()
 				shards := make([][]byte, n)
@@ -136,7 +137,7 @@ func testAllGather(t *testing.T) {
 					putFloats(dt, shards[r], xs)
 					vals[r] = getFloats(dt, shards[r])
 				}
-				outs := gather(t, shards, dt)
+				outs := gather(t, shards, dt, lay.hosts)
 				for j := range n { // as one message of the whole shard
 					main := make([]byte, quant.MainLen(quant.Int8, len(shards[j])/es, Block))
 					exact, err := quant.Encode(main, nil, shards[j], dt, quant.Int8, Block)

@@ -72,13 +72,7 @@ func newToOwners(c collective.VarConn, pool *collective.Pool, dt dtype.DType, mo
 	}
 	if hierarchical(hosts, n) {
 		o.hosts = hosts
-		for h, ranks := range hosts {
-			for l, r := range ranks {
-				if r == me {
-					o.host, o.local = h, l
-				}
-			}
-		}
+		o.host, o.local = where(hosts, me)
 	}
 	o.pieces = min(max(1, (most+pieceElems-1)/pieceElems), maxPieces)
 	return o, nil
@@ -112,11 +106,7 @@ func (o *toOwners) rail() (ranks []int, at int) {
 		}
 		return ranks, o.c.Rank()
 	}
-	ranks = make([]int, len(o.hosts))
-	for h := range o.hosts {
-		ranks[h] = o.hosts[h][o.local]
-	}
-	return ranks, o.host
+	return railOf(o.hosts, o.local), o.host
 }
 
 // run sums this rank's shard piece by piece in float32 and hands each
