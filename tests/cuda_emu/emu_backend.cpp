@@ -66,6 +66,7 @@ int device_info(int device, DeviceInfo* info) {
   }
   info->sm_count = g_sms;
   for (int& n : info->enc_ctas_per_sm) n = 1;
+  for (int& n : info->quant_ctas_per_sm) n = 1;
   return 0;
 }
 
@@ -179,6 +180,12 @@ int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl
       }
     });
   });
+}
+
+int launch_quant(const zc::QuantParams& p, int grid, zccl_stream_t) {
+  Open open;
+  zc_emu::launch((unsigned)grid, zc::kThreads, zc::quant_smem_bytes(p.op), [&] { zc::quant_cta(p); });
+  return 0;
 }
 
 int dec_ctas_per_sm(int, size_t, bool) { return 1; }

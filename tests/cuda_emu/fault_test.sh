@@ -5,10 +5,12 @@
 set -u
 emu=$1
 golden=$2
+quant=()
+if [ $# -ge 3 ]; then quant=(--quant "$3"); fi
 pass=0
 fail=0
 for fault in shfl_up shfl shfl_xor ballot nosync; do
-  out=$("$emu" --quick --fault "$fault" "$golden" 2>&1)
+  out=$("$emu" --quick --fault "$fault" "${quant[@]}" "$golden" 2>&1)
   rc=$?
   summary=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$|VIOLATION' | tail -1)
   if [ "$rc" -ne 0 ]; then

@@ -5,7 +5,10 @@
 // Go decoder rejects them.
 //
 //   emu_test [--order fwd|rev|rand] [--seed N] [--resident N] [--fault NAME]
-//            [--filter SUBSTR] [--quick] [--verbose] golden.bin
+//            [--filter SUBSTR] [--quick] [--verbose] [--quant quant.bin] golden.bin
+//
+// --quant also runs the lossy quantization kernels' tests (test_quant.cpp)
+// on package quant's golden vectors.
 //
 // Exit status: 0 all passed, 1 a test failed, 2 usage / input error, 3 an
 // emulator violation (see emu.h).
@@ -23,6 +26,7 @@
 #include "../../cuda/zipccl_cuda.h"
 #include "emu.h"
 #include "golden.h"
+#include "test_quant.h"
 
 using golden::Bytes;
 
@@ -538,7 +542,7 @@ void test_api() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string path;
+  std::string path, quant_path;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -559,6 +563,8 @@ int main(int argc, char** argv) {
       zc_emu::config().fault = next();
     } else if (a == "--filter") {
       g_filter = next();
+    } else if (a == "--quant") {
+      quant_path = next();
     } else if (a == "--quick") {
       g_quick = true;
     } else if (a == "--verbose" || a == "-v") {
@@ -610,6 +616,12 @@ int main(int argc, char** argv) {
   test_escape_values(cases);
   test_index_reserved(cases);
   test_reduce_corrupt(g);
+  if (!quant_path.empty()) {
+    QuantTestOptions qo;
+    qo.filter = g_filter;
+    qo.quick = g_quick;
+    run_quant_tests(g_ctx, quant_path, qo, check);
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const zc_emu::Stats& s = zc_emu::stats();
   printf("cuda_emu: %llu launches, %llu blocks, %llu warp intrinsics, %llu barriers, %.1f s\n",

@@ -78,6 +78,14 @@ def _zipccl_choices(group) -> dict[str, dict[str, int]]:
             if st.get("choices")}
 
 
+def _lossy_calls(group) -> dict[str, dict[str, int]]:
+    """The calls group's lossy policy coded, per op kind and mode."""
+    import zipccl
+
+    return {op: dict(st["lossy_calls"]) for op, st in zipccl.stats(group).get("ops", {}).items()
+            if st.get("lossy_calls")}
+
+
 def _choices_since(group, before: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for op, counts in _zipccl_choices(group).items():
@@ -187,13 +195,14 @@ def train_mode(mode: str, runs: dict[str, str], groups: dict, cfg: dict, corpus:
         counts = torch.tensor([trainers[key].wire, trainers[key].nic], dtype=torch.float64)
         dist.all_reduce(counts)
         choices = _choices_since(groups[key], trainers[key].choices0) if runs[key] == "zipccl" else None
+        lossy = _lossy_calls(groups[key]) if key in cfg.get("lossy", {}) else None
         if rank == 0:
             emit("summary", mode=mode, run=key, steps=steps, params=trainers[key].model.num_params(),
                  losses=history[key]["losses"], times=history[key]["times"],
                  median_step_s=statistics.median(history[key]["times"][skip:]),
                  zipccl_wire_per_step=counts[0].item() / steps if runs[key] == "zipccl" else None,
                  nic_per_step=counts[1].item() / steps if os.environ.get("ZIPCCL_BENCH_NIC") else None,
-                 zipccl_choices=choices)
+                 zipccl_choices=choices, lossy_calls=lossy)
 
 
 def main(argv: list[str]) -> int:
@@ -206,6 +215,10 @@ def main(argv: list[str]) -> int:
     timeout = datetime.timedelta(seconds=cfg["timeout_s"])
     dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout)
     groups = {key: dist.new_group(backend=backend, timeout=timeout) for key, backend in runs.items()}
+    for key, policy in cfg.get("lossy", {}).items():  # --lossy: that run's group codes lossily
+        import zipccl
+
+        zipccl.set_lossy(groups[key], **policy)
     corpus, where = load_corpus(cfg["corpus_bytes"])
     if rank == 0:
         emit("start", corpus=where, torch=torch.__version__)
