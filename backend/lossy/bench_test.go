@@ -11,9 +11,14 @@ import (
 )
 
 // BenchmarkReduceScatterInt4 is a 4-rank int4 reduce_scatter of 64 MiB of
-// bfloat16 per rank over the in-memory world: the coding's cost without a
-// network (bytes: one rank's input).
+// bfloat16 per rank over the in-memory world, one hop and on 2 hosts of 2
+// ranks: the coding's cost without a network (bytes: the ranks' input).
 func BenchmarkReduceScatterInt4(b *testing.B) {
+	b.Run("one-hop", func(b *testing.B) { benchReduceScatter(b, nil) })
+	b.Run("2x2", func(b *testing.B) { benchReduceScatter(b, [][]int{{0, 1}, {2, 3}}) })
+}
+
+func benchReduceScatter(b *testing.B, hosts [][]int) {
 	const n, numel = 4, 1 << 23 // per shard
 	rng := rand.New(rand.NewPCG(1, 1))
 	ins := make([][][]byte, n)
@@ -37,7 +42,7 @@ func BenchmarkReduceScatterInt4(b *testing.B) {
 	for b.Loop() {
 		world(b, n, func(ctx context.Context, c collective.VarConn) error {
 			r := c.Rank()
-			return ReduceScatter(ctx, c, collective.Args{DType: dtype.BFloat16, In: ins[r], Out: [][]byte{outs[r]}, Pool: pool}, quant.Int4, nil, 1)
+			return ReduceScatter(ctx, c, collective.Args{DType: dtype.BFloat16, In: ins[r], Out: [][]byte{outs[r]}, Pool: pool}, quant.Int4, hosts, 1)
 		})
 	}
 }

@@ -78,10 +78,7 @@ func EncodeFloat32(main []byte, exact []byte, src []float32, mode Mode, block in
 // IEEE formats their order is the values' order (NaNs above infinity).
 func absMax(dt dtype.DType, src []byte) (float32, bool) {
 	if dt == dtype.Float32 {
-		var m uint32
-		for i := 0; i+4 <= len(src); i += 4 {
-			m = max(m, binary.LittleEndian.Uint32(src[i:])&0x7FFFFFFF)
-		}
+		m := absMax32(src)
 		return math.Float32frombits(m), m < 0x7F800000
 	}
 	m := absMax16(src)
@@ -89,6 +86,20 @@ func absMax(dt dtype.DType, src []byte) (float32, bool) {
 		return dtype.BF16ToF32(m), m < 0x7F80
 	}
 	return dtype.F16ToF32(m), m < 0x7C00 // float16
+}
+
+// absMax32Go is absMax32's portable code.
+func absMax32Go(src []byte) uint32 {
+	var m0, m1 uint32
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		m0 = max(m0, binary.LittleEndian.Uint32(src[i:])&0x7FFFFFFF)
+		m1 = max(m1, binary.LittleEndian.Uint32(src[i+4:])&0x7FFFFFFF)
+	}
+	if i+4 <= len(src) {
+		m0 = max(m0, binary.LittleEndian.Uint32(src[i:])&0x7FFFFFFF)
+	}
+	return max(m0, m1)
 }
 
 // absMax16Go is absMax16's portable code: four lanes to a word, each lane

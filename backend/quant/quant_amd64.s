@@ -335,3 +335,34 @@ done:
 	MOVW        AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func absMax32AVX2(p *byte, n int) uint32
+// The largest of n 32-bit words with their top bit cleared (the magnitude
+// of a float32), n a positive multiple of 16.
+TEXT ·absMax32AVX2(SB), NOSPLIT, $0-20
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	VPCMPEQD Y15, Y15, Y15
+	VPSRLD   $1, Y15, Y15 // 0x7FFFFFFF in every lane
+	VPXOR    Y0, Y0, Y0
+	VPXOR    Y1, Y1, Y1
+
+loop16:
+	VPAND   (SI), Y15, Y2
+	VPAND   32(SI), Y15, Y3
+	VPMAXUD Y2, Y0, Y0
+	VPMAXUD Y3, Y1, Y1
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JNZ     loop16
+	VPMAXUD      Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0x4E, X0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0xB1, X0, X1
+	VPMAXUD      X1, X0, X0
+	VMOVD        X0, AX
+	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET

@@ -255,5 +255,12 @@ func TestAbsMax16(t *testing.T) {
 		}
 		require.Equal(t, want, absMax16(b), "n %d", n)
 		require.Equal(t, want, absMax16Go(b), "n %d", n)
+		w32 := uint32(0)
+		for i := 0; i+4 <= len(b); i += 4 {
+			w32 = max(w32, binary.LittleEndian.Uint32(b[i:])&0x7FFFFFFF)
+		}
+		b32 := b[:len(b)/4*4]
+		require.Equal(t, w32, absMax32(b32), "n %d", n)
+		require.Equal(t, w32, absMax32Go(b32), "n %d", n)
 	}
 }

@@ -14,6 +14,9 @@ import (
 func absMax16AVX2(p *byte, n int) uint16
 
 //go:noescape
+func absMax32AVX2(p *byte, n int) uint32
+
+//go:noescape
 func q8BF16AVX2(codes *byte, src *byte, n int, inv float32)
 
 //go:noescape
@@ -51,6 +54,18 @@ func absMax16(src []byte) uint16 {
 	k := n &^ 15
 	m := absMax16AVX2(unsafe.SliceData(src), k)
 	return max(m, absMax16Go(src[2*k:]))
+}
+
+// absMax32 is the largest 32-bit little-endian word of src with its top
+// bit cleared.
+func absMax32(src []byte) uint32 {
+	n := len(src) / 4
+	if !useAVX2 || n < 16 {
+		return absMax32Go(src)
+	}
+	k := n &^ 15
+	m := absMax32AVX2(unsafe.SliceData(src), k)
+	return max(m, absMax32Go(src[4*k:]))
 }
 
 // quantSIMD codes the leading elements of src it can (a multiple of 32)

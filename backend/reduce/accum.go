@@ -106,7 +106,8 @@ func AccumFinish(dt dtype.DType, op Op, dst []byte, acc []float32, src []byte) {
 // Widen sets acc[i] = wide(src[i]) for a bfloat16, float16 or float8 src.
 func Widen(dt dtype.DType, acc []float32, src []byte) {
 	checkAccum("Widen", dt, Sum, len(acc), src)
-	widenGo(dt, acc, src)
+	done := widenSIMD(dt, acc, src)
+	widenGo(dt, acc[done:], src[done*dt.Size():])
 }
 
 // Narrow sets dst[i] = narrow(acc[i]) for a bfloat16, float16 or float8 dst.

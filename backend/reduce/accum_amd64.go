@@ -55,6 +55,30 @@ func narrowBF16AVX2(dst *byte, acc *float32, n int)
 //go:noescape
 func narrowF16AVX2(dst *byte, acc *float32, n int)
 
+//go:noescape
+func widenBF16AVX2(acc *float32, src *byte, n int)
+
+//go:noescape
+func widenF16AVX2(acc *float32, src *byte, n int)
+
+// widenSIMD widens the leading elements it can (a multiple of 16) and
+// returns how many.
+func widenSIMD(dt dtype.DType, acc []float32, src []byte) int {
+	n := len(acc) &^ 15
+	if curLevel < levelAVX2 || n == 0 {
+		return 0
+	}
+	switch dt {
+	case dtype.BFloat16:
+		widenBF16AVX2(unsafe.SliceData(acc), unsafe.SliceData(src), n)
+	case dtype.Float16:
+		widenF16AVX2(unsafe.SliceData(acc), unsafe.SliceData(src), n)
+	default:
+		return 0
+	}
+	return n
+}
+
 // narrowSIMD narrows the leading elements it can (a multiple of 16) and
 // returns how many.
 func narrowSIMD(dt dtype.DType, dst []byte, acc []float32) int {

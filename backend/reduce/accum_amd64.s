@@ -372,3 +372,39 @@ loop:
 	JB        loop
 	VZEROUPPER
 	RET
+
+// func widenBF16AVX2(acc *float32, src *byte, n int)
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+loop:
+	WIDEN_BF16((SI)(AX*2), Y0)
+	WIDEN_BF16(16(SI)(AX*2), Y1)
+	VMOVUPS   Y0, (DI)(AX*4)
+	VMOVUPS   Y1, 32(DI)(AX*4)
+	ADDQ      $16, AX
+	CMPQ      AX, CX
+	JB        loop
+	VZEROUPPER
+	RET
+
+// func widenF16AVX2(acc *float32, src *byte, n int)
+TEXT ·widenF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ acc+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+loop:
+	WIDEN_F16((SI)(AX*2), Y0)
+	WIDEN_F16(16(SI)(AX*2), Y1)
+	VMOVUPS   Y0, (DI)(AX*4)
+	VMOVUPS   Y1, 32(DI)(AX*4)
+	ADDQ      $16, AX
+	CMPQ      AX, CX
+	JB        loop
+	VZEROUPPER
+	RET
