@@ -24,15 +24,23 @@ topo = zipccl.topology()
 hier = len(topo) >= 2 and len(topo[0]) >= 2 and all(len(h) == len(topo[0]) for h in topo)
 layout = topo if hier else [[r] for r in range(world)]
 
-def contribution(r, numel, dt, seed):
+def contribution(r, numel, dt, seed, period):
+    # Gaussian values of varying scale; in every segment of period elements
+    # (a shard, or the whole tensor), block 1 holds rounding ties (absmax
+    # 7 * 2^r: x * inv is exact, so int4 meets true ties when a rank's
+    # contribution is coded alone) and block 3 is zero; a NaN and an Inf
+    # in some.
     g = torch.Generator().manual_seed(1000 * seed + r)
     x = torch.randn(numel, generator=g) * torch.exp(torch.randn(numel, generator=g))
-    x[B + 2: B + 11] = torch.tensor([7, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -6.5]) * (r + 1)
-    x[3 * B:4 * B] = 0.0
-    if r == 1 and seed % 2:
-        x[2 * B + 5] = float("nan")
-    if r == 0 and seed % 3 == 0:
-        x[numel - 2] = float("inf")
+    ties = torch.tensor([7, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -6.5, 6.5]) * 2.0 ** r
+    for s0 in range(0, numel, period):
+        x[s0 + B:s0 + 2 * B] = 0.0
+        x[s0 + B:s0 + B + 10] = ties
+        x[s0 + 3 * B:s0 + 4 * B] = 0.0
+        if r == 1 and seed % 2:
+            x[s0 + 2 * B + 5] = float("nan")
+        if r == 0 and seed % 3 == 0:
+            x[s0 + period - 2] = float("inf")
     return x.to(dt)
 
 def deq(x, qmax):
@@ -88,7 +96,7 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
         for op, avg in ((dist.ReduceOp.SUM, False), (dist.ReduceOp.AVG, True)):
             seed = res["checked"] + 1
             # reduce_scatter_tensor: every rank's whole input regenerated here
-            ins = [contribution(r, world * m, dt, seed) for r in range(world)]
+            ins = [contribution(r, world * m, dt, seed, m) for r in range(world)]
             out = torch.empty(m, dtype=dt)
             dist.reduce_scatter_tensor(out, ins[rank].clone(), op=op)
             acc = owner_sum([f32(x[rank * m:(rank + 1) * m]) for x in ins], rank, qmax)
@@ -125,7 +133,7 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
             same(pairs[0][0], want, f"{dt} {mode} coalesced reduce_scatter {op}")
             # all_reduce: the lossy two-shot
             n = 5 * B + 3
-            xs = [contribution(r, n, dt, seed + 7) for r in range(world)]
+            xs = [contribution(r, n, dt, seed + 7, n) for r in range(world)]
             t = xs[rank].clone()
             dist.all_reduce(t, op=op)
             nb = (n + B - 1) // B
@@ -140,10 +148,10 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
             res["hash"][f"{dt}{mode}{op}"] = hashlib.sha256(t.view(torch.uint8).numpy().tobytes()).hexdigest()
             res["checked"] += 1
 # exact under the policy: MAX, integers, small tensors
-x = contribution(rank, 1 << 15, torch.float32, 98)
+x = contribution(rank, 1 << 15, torch.float32, 98, 1 << 15)
 t = x.clone()
 dist.all_reduce(t, op=dist.ReduceOp.MAX)
-assert torch.equal(t, torch.stack([contribution(r, 1 << 15, torch.float32, 98) for r in range(world)]).max(0).values), "MAX stays exact"
+assert torch.equal(t, torch.stack([contribution(r, 1 << 15, torch.float32, 98, 1 << 15) for r in range(world)]).max(0).values), "MAX stays exact"
 i = torch.arange(1 << 15, dtype=torch.int64) * (rank + 1)
 dist.all_reduce(i)
 assert torch.equal(i, torch.arange(1 << 15, dtype=torch.int64) * (world * (world + 1) // 2)), "integers stay exact"
