@@ -105,6 +105,12 @@ const char* detail_text(int d) {
     case zc::D_CRC: return "block CRC-32C mismatch";
     case zc::D_DYN_LEN: return "dynamic part is not exactly the escapes plus padding";
     case zc::D_INDEX_PAD: return "index padding";
+    case zc::D_Q_HEADER: return "lossy message header, or its element count or dtype differs from the request";
+    case zc::D_Q_SCALE: return "lossy block scale is negative, not finite or too large";
+    case zc::D_Q_CODE: return "lossy code -128 (int8) or -8 (int4)";
+    case zc::D_Q_PADDING: return "non-zero int4 padding nibble";
+    case zc::D_Q_EXACT: return "exact part length or exact block count disagrees with the main part";
+    case zc::D_Q_EXACT_CAP: return "exact part longer than its buffer (its length was written)";
   }
   return "";
 }
@@ -446,6 +452,136 @@ zccl_status zccl_decode_reduce(zccl_ctx* ctx, int dtype, int op, const zccl_sour
     if (srcs[r].a == nullptr && numel > 0) return fail(ZCCL_ERR_INVALID, "source %d is NULL", r);
   }
   return decode_common(ctx, dtype, 1, &numel, nsrc, op, srcs, (uint8_t*)dst, ws, ws_size, stream, flags);
+}
+
+int64_t zccl_quant_main_len(int mode, int64_t numel, int block) {
+  const int lg = zc::q_block_log(block);
+  if (!zc::q_mode_ok(mode) || lg < 0 || !numel_ok(numel)) return -1;
+  return zc::q_main_len(mode, numel, lg);
+}
+
+int64_t zccl_quant_workspace_size(int64_t numel) {
+  if (!numel_ok(numel)) return -1;
+  return zc::q_ws_size(numel);
+}
+
+}  // extern "C"
+
+namespace {
+
+// The quantization kernels run in sequence on one stream; p.op is set per
+// launch. The workspace's status, ticket, totals and look-back states are
+// cleared first (the group prefixes are written before they are read).
+zccl_status quant_run(zccl_ctx* ctx, zc::QuantParams& p, const int* ops, int nops, int64_t blocks, void* ws,
+                      int64_t ws_size, zccl_stream_t stream, unsigned flags) {
+  zccl_status st = check_ws(ws, ws_size, zc::q_ws_size(p.numel));
+  if (st != ZCCL_OK) return st;
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  uint8_t* w = (uint8_t*)ws;
+  if (zc_backend::memset_async(w, 0, (size_t)zc::q_ws_prefix_off(p.numel), stream) != 0) return backend_fail();
+  p.status = (zc::DevStatus*)w;
+  p.ticket = (uint32_t*)(w + kStatusBytes);
+  p.qtotal = (uint64_t*)(w + kStatusBytes + 8);
+  p.states = (uint64_t*)(w + zc::kQWsStates);
+  p.gprefix = (uint64_t*)(w + zc::q_ws_prefix_off(p.numel));
+  const int64_t tiles = (((blocks + 31) / 32) + zc::kQTileGroups - 1) / zc::kQTileGroups;
+  for (int k = 0; k < nops; k++) {
+    p.op = ops[k];
+    const bool scan = p.op == zc::QOP_SCAN_ENC || p.op == zc::QOP_SCAN_DEC;
+    // warp-per-block kernels: 8 blocks per CTA; the scan: one tile per CTA
+    const int64_t units = scan ? std::max<int64_t>(1, tiles) : (blocks + zc::kWarps - 1) / zc::kWarps;
+    const int grid = grid_for(units, ctx->info.sm_count, ctx->info.quant_ctas_per_sm[p.op]);
+    if (zc_backend::launch_quant(p, grid, stream) != 0) return backend_fail();
+  }
+  return finish(ctx, ws, stream, flags);
+}
+
+zccl_status quant_check_message(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
+                                int64_t exact_len, int64_t numel, const void* dst) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  if (main_len < 0 || (main_len > 0 && main_in == nullptr)) return fail(ZCCL_ERR_INVALID, "bad main part");
+  if (exact_len < 0 || (exact_len > 0 && exact_in == nullptr)) return fail(ZCCL_ERR_INVALID, "bad exact part");
+  if (!numel_ok(numel)) return fail(ZCCL_ERR_INVALID, "bad element count %lld", (long long)numel);
+  if (numel > 0 && dst == nullptr) return fail(ZCCL_ERR_INVALID, "output is NULL");
+  return ZCCL_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+zccl_status zccl_quant_encode(zccl_ctx* ctx, int dtype, int mode, int block, const void* src, int64_t numel,
+                              void* main_out, void* exact_out, int64_t exact_cap, int64_t* d_exact_len, void* ws,
+                              int64_t ws_size, zccl_stream_t stream, unsigned flags) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  if (!zc::q_dtype_ok(dtype))
+    return fail(ZCCL_ERR_UNSUPPORTED, "dtype %d cannot be coded lossily (float32, bfloat16 and float16 can)", dtype);
+  if (!zc::q_mode_ok(mode)) return fail(ZCCL_ERR_INVALID, "unknown lossy mode %d", mode);
+  const int lg = zc::q_block_log(block);
+  if (lg < 0) return fail(ZCCL_ERR_INVALID, "block size %d: want a power of two from 32 to 65536", block);
+  if (!numel_ok(numel)) return fail(ZCCL_ERR_INVALID, "bad element count %lld", (long long)numel);
+  if ((numel > 0 && src == nullptr) || main_out == nullptr || d_exact_len == nullptr || exact_cap < 0 ||
+      (exact_cap > 0 && exact_out == nullptr))
+    return fail(ZCCL_ERR_INVALID, "NULL input or output");
+  zc::QuantParams p;
+  memset(&p, 0, sizeof p);
+  p.dtype = dtype;
+  p.mode = mode;
+  p.log = lg;
+  p.numel = numel;
+  p.src = (const uint8_t*)src;
+  p.main_out = (uint8_t*)main_out;
+  p.main_in = (const uint8_t*)main_out;
+  p.main_len = zc::q_main_len(mode, numel, lg);
+  p.exact_out = (uint8_t*)exact_out;
+  p.exact_len = exact_cap;
+  p.exact_len_out = d_exact_len;
+  const int64_t blocks = zc::q_blocks(numel, lg);
+  // the scan writes the header, so it runs for an empty tensor too
+  static const int all[] = {zc::QOP_ENCODE, zc::QOP_SCAN_ENC, zc::QOP_COPY};
+  static const int empty[] = {zc::QOP_SCAN_ENC};
+  return blocks > 0 ? quant_run(ctx, p, all, 3, blocks, ws, ws_size, stream, flags)
+                    : quant_run(ctx, p, empty, 1, blocks, ws, ws_size, stream, flags);
+}
+
+zccl_status zccl_quant_decode(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
+                              int64_t exact_len, int dtype, int64_t numel, void* dst, void* ws, int64_t ws_size,
+                              zccl_stream_t stream, unsigned flags) {
+  zccl_status st = quant_check_message(ctx, main_in, main_len, exact_in, exact_len, numel, dst);
+  if (st != ZCCL_OK) return st;
+  if (!zc::q_dtype_ok(dtype))
+    return fail(ZCCL_ERR_UNSUPPORTED, "dtype %d: lossy messages decode into float32, bfloat16 or float16", dtype);
+  zc::QuantParams p;
+  memset(&p, 0, sizeof p);
+  p.dtype = dtype;
+  p.numel = numel;
+  p.main_in = (const uint8_t*)main_in;
+  p.main_len = main_len;
+  p.exact_in = (const uint8_t*)exact_in;
+  p.exact_len = exact_len;
+  p.dst = (uint8_t*)dst;
+  // the block size is the message's: size the grids as for blocks of 2048
+  static const int ops[] = {zc::QOP_SCAN_DEC, zc::QOP_DECODE};
+  return quant_run(ctx, p, ops, 2, (numel + 2047) / 2048, ws, ws_size, stream, flags);
+}
+
+zccl_status zccl_quant_accumulate(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
+                                  int64_t exact_len, int64_t numel, float* acc, int first, void* ws, int64_t ws_size,
+                                  zccl_stream_t stream, unsigned flags) {
+  zccl_status st = quant_check_message(ctx, main_in, main_len, exact_in, exact_len, numel, acc);
+  if (st != ZCCL_OK) return st;
+  zc::QuantParams p;
+  memset(&p, 0, sizeof p);
+  p.dtype = 0;  // any message dtype
+  p.first = first != 0 ? 1 : 0;
+  p.numel = numel;
+  p.main_in = (const uint8_t*)main_in;
+  p.main_len = main_len;
+  p.exact_in = (const uint8_t*)exact_in;
+  p.exact_len = exact_len;
+  p.dst = (uint8_t*)acc;
+  static const int ops[] = {zc::QOP_SCAN_DEC, zc::QOP_ACCUM};
+  return quant_run(ctx, p, ops, 2, (numel + 2047) / 2048, ws, ws_size, stream, flags);
 }
 
 zccl_status zccl_workspace_status(zccl_ctx* ctx, const void* ws, zccl_stream_t stream, char* msg, size_t msg_len) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "zc_kernels.h"
+#include "zc_quant.h"
 #include "zipccl_cuda.h"
 
 namespace zc_backend {
@@ -15,6 +16,7 @@ namespace zc_backend {
 struct DeviceInfo {
   int sm_count;
   int enc_ctas_per_sm[16];  // resident CTAs of each coded dtype's encode kernel, by dtype code
+  int quant_ctas_per_sm[zc::kQOps];  // of each quantization kernel, by zc::QOP_*
 };
 static_assert(zc::DT_F32 < 16 && zc::DT_BF16 < 16 && zc::DT_F16 < 16 && zc::DT_E4M3 < 16 && zc::DT_E5M2 < 16,
               "DeviceInfo::enc_ctas_per_sm is indexed by dtype code");
@@ -38,6 +40,7 @@ int launch_encode(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_fallback(int dtype, const zc::EncParams& p, int grid, zccl_stream_t s);
 int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl_stream_t s);
 int dec_ctas_per_sm(int dtype, size_t smem, bool reduce);  // occupancy for a given shared-memory size
+int launch_quant(const zc::QuantParams& p, int grid, zccl_stream_t s);  // the kernel of p.op
 const char* build_info();
 
 void set_error(const char* fmt, ...);

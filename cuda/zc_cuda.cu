@@ -65,6 +65,12 @@ int device_info(int device, DeviceInfo* info) {
     if (e != cudaSuccess) return cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     info->enc_ctas_per_sm[dt] = n < 1 ? 1 : n;
   }
+  for (int op = 0; op < zc::kQOps; op++) {
+    int n = 0;
+    e = zc_launch::quant_occupancy(op, &n);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    info->quant_ctas_per_sm[op] = n < 1 ? 1 : n;
+  }
   return 0;
 }
 
@@ -139,6 +145,11 @@ int launch_decode(int dtype, const zc::DecParams& p, int grid, size_t smem, zccl
   cudaError_t e =
       dispatch(dtype, [&](auto dt) { return zc_launch::decode<decltype(dt)::value>(p, grid, smem, (cudaStream_t)s); });
   return e == cudaSuccess ? 0 : cuda_fail(e, "decode kernel launch");
+}
+
+int launch_quant(const zc::QuantParams& p, int grid, zccl_stream_t s) {
+  cudaError_t e = zc_launch::quant(p, grid, (cudaStream_t)s);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "quantization kernel launch");
 }
 
 int dec_ctas_per_sm(int dtype, size_t smem, bool reduce) {

@@ -1,11 +1,13 @@
 // zc_launch.h: per-dtype kernel launchers, defined in zc_kernels.cu (compiled
-// once per dtype so that the five instantiations build in parallel) and
-// called by the CUDA backend in zc_cuda.cu.
+// once per dtype so that the five instantiations build in parallel), and the
+// quantization kernels' launchers (zc_quant.cu), called by the CUDA backend
+// in zc_cuda.cu.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "zc_kernels.h"
+#include "zc_quant.h"
 
 namespace zc_launch {
 
@@ -35,5 +37,10 @@ ZC_DECLARE_LAUNCHERS(zc::DT_F32)
 ZC_DECLARE_LAUNCHERS(zc::DT_E4M3)
 ZC_DECLARE_LAUNCHERS(zc::DT_E5M2)
 #undef ZC_DECLARE_LAUNCHERS
+
+// The lossy quantization kernels (zc_quant.cu), by p.op.
+cudaError_t quant(const zc::QuantParams& p, int grid, cudaStream_t s);
+// Resident CTAs per SM of the kernel of op (zc::QOP_*).
+cudaError_t quant_occupancy(int op, int* per_sm);
 
 }  // namespace zc_launch

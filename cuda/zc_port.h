@@ -340,8 +340,8 @@ ZC_HD ZC_INLINE uint32_t as_u32(float f) {
 #endif
 }
 
-// IEEE single-precision add / multiply, round to nearest even, subnormals
-// kept (never contracted into an FMA, never flushed).
+// IEEE single-precision add / multiply / divide, round to nearest even,
+// subnormals kept (never contracted into an FMA, never flushed).
 ZC_HD ZC_INLINE float fadd_rn(float a, float b) {
 #if ZC_DEVICE_PASS
   return __fadd_rn(a, b);
@@ -356,6 +356,15 @@ ZC_HD ZC_INLINE float fmul_rn(float a, float b) {
   return __fmul_rn(a, b);
 #else
   volatile float r = a * b;
+  return r;
+#endif
+}
+
+ZC_HD ZC_INLINE float fdiv_rn(float a, float b) {
+#if ZC_DEVICE_PASS
+  return __fdiv_rn(a, b);
+#else
+  volatile float r = a / b;
   return r;
 #endif
 }

@@ -3,7 +3,9 @@
  * lossless codec (docs/FORMAT.md). Every byte the encoders write is identical
  * to what the Go codec (backend/codec) writes for the same input, and the
  * decoders accept exactly the frames the Go decoder accepts (zip3 and raw
- * frames; huff frames are reported as ZCCL_ERR_UNSUPPORTED).
+ * frames; huff frames are reported as ZCCL_ERR_UNSUPPORTED). ABI 3 adds the
+ * opt-in lossy quantization of backend/quant (docs/FORMAT.md 11), with the
+ * same guarantees against package quant (zccl_quant_*, at the end).
  *
  * Plain C. The library is loaded at run time with dlopen by the Go engine
  * only when a GPU is present; nothing links against it at build time.
@@ -38,7 +40,7 @@
 extern "C" {
 #endif
 
-#define ZCCL_ABI_VERSION 2
+#define ZCCL_ABI_VERSION 3 /* 3: the lossy quantization entries (zccl_quant_*) */
 #define ZCCL_MAX_CHUNKS 48  /* per launch (larger requests are split) */
 #define ZCCL_MAX_SOURCES 48 /* per decode+reduce call */
 
@@ -169,6 +171,61 @@ zccl_status zccl_host_alloc(zccl_ctx* ctx, void** p, int64_t bytes);
 zccl_status zccl_host_free(zccl_ctx* ctx, void* p);
 zccl_status zccl_memcpy_async(zccl_ctx* ctx, void* dst, const void* src, int64_t bytes, int kind,
                               zccl_stream_t stream);
+
+/* ABI 3: lossy quantization (backend/quant; docs/FORMAT.md 11, "Lossy
+ * messages"). A message is a main part, whose length zccl_quant_main_len
+ * gives from (mode, numel, block) alone, and an exact part: the raw bytes,
+ * in block order, of the blocks that hold a NaN or an infinity (usually
+ * none). The encoder writes the bytes quant.Encode writes; the decoder and
+ * the accumulator accept exactly the messages quant.Decode and
+ * quant.Accumulate accept and give their results bit for bit (Go on
+ * amd64). dtype: ZCCL_FLOAT32, ZCCL_BFLOAT16 or ZCCL_FLOAT16 (others are
+ * ZCCL_ERR_UNSUPPORTED); block: a power of two from 32 to 65536 (the
+ * collectives use 2048). Every call takes a workspace of at least
+ * zccl_quant_workspace_size(numel) bytes, which serves any block size.
+ *
+ * Problems with the message are recorded in the workspace (read them with
+ * zccl_workspace_status, or pass ZCCL_FLAG_SYNC): ZCCL_ERR_CORRUPT for
+ * what quant rejects as corrupt (bad magic, version, mode, dtype, block
+ * size or reserved bytes, a main part of the wrong length, a negative or
+ * non-finite or too large scale, the code -128 / -8, a non-zero int4
+ * padding nibble, an exact part of the wrong length or an exact count that
+ * disagrees with the scales), ZCCL_ERR_SIZE for a message of another
+ * element count than numel, ZCCL_ERR_DTYPE for one that cannot be decoded
+ * into dtype. The output of a rejected message is unspecified. */
+enum { ZCCL_QUANT_INT8 = 1, ZCCL_QUANT_INT4 = 2 };
+
+/* quant.MainLen: -1 for a bad mode, block size or count. */
+int64_t zccl_quant_main_len(int mode, int64_t numel, int block);
+/* Workspace of any zccl_quant_* call on up to numel elements; -1 if bad. */
+int64_t zccl_quant_workspace_size(int64_t numel);
+
+/* Encode numel elements of dtype at src: the main part (exactly
+ * zccl_quant_main_len bytes) at main_out, the exact part at exact_out
+ * (capacity exact_cap bytes; numel x element size always suffices) and its
+ * length in d_exact_len (device int64). An exact part longer than exact_cap
+ * is not written: the call's status is then ZCCL_ERR_TRUNCATED, the main
+ * part is complete and d_exact_len holds the length needed. exact_out may
+ * be main_out + main length (one transport message, main then exact). */
+zccl_status zccl_quant_encode(zccl_ctx* ctx, int dtype, int mode, int block, const void* src, int64_t numel,
+                              void* main_out, void* exact_out, int64_t exact_cap, int64_t* d_exact_len, void* ws,
+                              int64_t ws_size, zccl_stream_t stream, unsigned flags);
+
+/* Decode a message (main_len bytes at main_in, exact_len at exact_in) of
+ * numel elements into dst as dtype: the message's dtype, or bfloat16 /
+ * float16 for a float32 message (x' rounded once, exact blocks too). */
+zccl_status zccl_quant_decode(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
+                              int64_t exact_len, int dtype, int64_t numel, void* dst, void* ws, int64_t ws_size,
+                              zccl_stream_t stream, unsigned flags);
+
+/* Dequantize and reduce: acc[i] = acc[i] + x'[i] in float32 (the product
+ * code x scale rounded, then the sum; exact blocks add their elements
+ * widened to float32), or acc[i] = x'[i] when first is non-zero. acc holds
+ * numel float32 (device). Several messages fold in call order on one
+ * stream. */
+zccl_status zccl_quant_accumulate(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
+                                  int64_t exact_len, int64_t numel, float* acc, int first, void* ws, int64_t ws_size,
+                                  zccl_stream_t stream, unsigned flags);
 
 #ifdef __cplusplus
 }

@@ -45,7 +45,9 @@ func Encode(main []byte, exact []byte, src []byte, dt dtype.DType, mode Mode, bl
 		out := codes[mode.CodesLen(lo):mode.CodesLen(hi)] // lo is even: whole bytes
 		absmax, finite := absMax(dt, raw)
 		switch {
-		case !finite:
+		case !finite || absmax != 0 && math.IsInf(float64(qmax/absmax), 1):
+			// NaN or infinity; or values so small (absmax < Q / MaxFloat32,
+			// about 3.7e-37 for int8) that inv would overflow: exact
 			binary.LittleEndian.PutUint32(scales[4*b:], exactScale)
 			clear(out)
 			exact = append(exact, raw...)

@@ -261,3 +261,28 @@ func TestValidCodesInt4(t *testing.T) {
 	}
 	require.True(t, validCodes(Int4, all))
 }
+
+// A block whose absmax is below Q / MaxFloat32 (inv would overflow)
+// travels exact, on the SIMD and the portable path; one just above it is
+// coded and decodes.
+func TestTinyBlocksTravelExact(t *testing.T) {
+	defer func(old bool) { useAVX2 = old }(useAVX2)
+	for _, simd := range []bool{false, useAVX2} {
+		useAVX2 = simd
+		for _, mode := range modes {
+			for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16} {
+				xs := make([]float32, 64)
+				for k := range 32 {
+					xs[k] = float32(k-16) * 1e-38 / 16
+					xs[32+k] = float32(k-16) * 4e-37 / 16
+				}
+				src := put(dt, xs)
+				main, exact, dst := roundTripMode(t, src, dt, mode, 32)
+				require.Equal(t, uint32(0xFFFFFFFF), binary.LittleEndian.Uint32(main[HeaderLen:]), "%v %v simd=%v", mode, dt, simd)
+				require.Equal(t, src[:32*dt.Size()], exact)
+				require.Equal(t, src[:32*dt.Size()], dst[:32*dt.Size()])
+				require.NotEqual(t, uint32(0xFFFFFFFF), binary.LittleEndian.Uint32(main[HeaderLen+4:]))
+			}
+		}
+	}
+}

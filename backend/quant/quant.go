@@ -15,7 +15,8 @@
 // clipped (DeepSpeed's formula, 2^b / (2 absmax), maps it to Q+1 and clips
 // it to Q). An all-zero block has s = 0 and decodes to zeros. A block
 // holding a NaN or an infinity travels exact, so that overflow stays
-// visible. The error of a finite block is at most s/2 per element, plus the
+// visible; so does a block whose absmax is below Q / MaxFloat32 (inv would
+// overflow to +Inf). The error of a finite block is at most s/2 per element, plus the
 // rounding of x' to the tensor's dtype when it is decoded into one.
 //
 // A coded tensor is one message of two parts (docs/FORMAT.md, "Lossy

@@ -53,6 +53,28 @@ static int zc_reduce(void* f, zccl_ctx* c, int dtype, int op, const zccl_source*
 	return ((zccl_status (*)(zccl_ctx*, int, int, const zccl_source*, int, int64_t, void*, void*, int64_t,
 	                         zccl_stream_t, unsigned))f)(c, dtype, op, srcs, nsrc, numel, dst, ws, wsn, 0, ZCCL_FLAG_SYNC);
 }
+static int64_t zc_qmain(void* f, int mode, int64_t numel, int block) {
+	return ((int64_t (*)(int, int64_t, int))f)(mode, numel, block);
+}
+static int64_t zc_qws(void* f, int64_t numel) { return ((int64_t (*)(int64_t))f)(numel); }
+static int zc_qencode(void* f, zccl_ctx* c, int dtype, int mode, int block, const void* src, int64_t numel,
+                      void* main_out, void* exact_out, int64_t exact_cap, int64_t* lens, void* ws, int64_t wsn) {
+	return ((zccl_status (*)(zccl_ctx*, int, int, int, const void*, int64_t, void*, void*, int64_t, int64_t*, void*,
+	                         int64_t, zccl_stream_t, unsigned))f)(c, dtype, mode, block, src, numel, main_out, exact_out,
+	                                                              exact_cap, lens, ws, wsn, 0, ZCCL_FLAG_SYNC);
+}
+static int zc_qdecode(void* f, zccl_ctx* c, const void* main_in, int64_t main_len, const void* exact_in,
+                      int64_t exact_len, int dtype, int64_t numel, void* dst, void* ws, int64_t wsn) {
+	return ((zccl_status (*)(zccl_ctx*, const void*, int64_t, const void*, int64_t, int, int64_t, void*, void*, int64_t,
+	                         zccl_stream_t, unsigned))f)(c, main_in, main_len, exact_in, exact_len, dtype, numel, dst, ws,
+	                                                      wsn, 0, ZCCL_FLAG_SYNC);
+}
+static int zc_qaccum(void* f, zccl_ctx* c, const void* main_in, int64_t main_len, const void* exact_in,
+                     int64_t exact_len, int64_t numel, void* acc, int first, void* ws, int64_t wsn) {
+	return ((zccl_status (*)(zccl_ctx*, const void*, int64_t, const void*, int64_t, int64_t, float*, int, void*, int64_t,
+	                         zccl_stream_t, unsigned))f)(c, main_in, main_len, exact_in, exact_len, numel, (float*)acc,
+	                                                      first, ws, wsn, 0, ZCCL_FLAG_SYNC);
+}
 static void zc_set_source(zccl_source* s, int kind, void* a, int64_t len) {
 	s->kind = kind;
 	s->a = a;
@@ -63,6 +85,7 @@ static void zc_set_source(zccl_source* s, int kind, void* a, int64_t len) {
 import "C"
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unsafe"
@@ -79,7 +102,8 @@ var names = []string{
 	"zccl_device_count", "zccl_build_info", "zccl_last_error", "zccl_ctx_create", "zccl_zip3_static_len",
 	"zccl_max_frame_len", "zccl_frame_slots", "zccl_encode_workspace_size", "zccl_decode_workspace_size",
 	"zccl_reduce_workspace_size", "zccl_malloc", "zccl_free", "zccl_memcpy", "zccl_encode_frames",
-	"zccl_decode_frames", "zccl_decode_reduce",
+	"zccl_decode_frames", "zccl_decode_reduce", "zccl_quant_main_len", "zccl_quant_workspace_size",
+	"zccl_quant_encode", "zccl_quant_decode", "zccl_quant_accumulate",
 }
 
 // ErrNoDevice: the library loaded but sees no CUDA device.
@@ -310,4 +334,140 @@ func (l *Lib) DecodeReduce(dtype, size, op int, frames [][]byte, numel int64) ([
 		return nil, l.err(st)
 	}
 	return dst.get(0, numel*int64(size))
+}
+
+// QuantEncode codes numel elements of dtype (src) with mode in blocks of
+// block elements and returns the main and exact parts.
+func (l *Lib) QuantEncode(dtype, mode, block int, src []byte, numel int64) (main, exact []byte, err error) {
+	ml := int64(C.zc_qmain(l.fn["zccl_quant_main_len"], C.int(mode), C.int64_t(numel), C.int(block)))
+	if ml < 0 {
+		return nil, nil, fmt.Errorf("zccl_quant_main_len(%d, %d, %d) = %d", mode, numel, block, ml)
+	}
+	in, err := l.alloc(int64(len(src)) + 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer in.free()
+	if err := in.put(0, src); err != nil {
+		return nil, nil, err
+	}
+	// main then exact in one buffer, as one transport message
+	out, err := l.alloc(ml + int64(len(src)) + 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer out.free()
+	lens, err := l.alloc(8)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lens.free()
+	ws, err := l.quantWorkspace(numel)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ws.free()
+	if st := C.zc_qencode(l.fn["zccl_quant_encode"], l.ctx, C.int(dtype), C.int(mode), C.int(block), in.p,
+		C.int64_t(numel), out.p, unsafe.Add(out.p, ml), C.int64_t(len(src)), (*C.int64_t)(lens.p), ws.p,
+		C.int64_t(ws.n)); st != 0 {
+		return nil, nil, l.err(st)
+	}
+	lb, err := lens.get(0, 8)
+	if err != nil {
+		return nil, nil, err
+	}
+	el := int64(binary.LittleEndian.Uint64(lb))
+	all, err := out.get(0, ml+el)
+	if err != nil {
+		return nil, nil, err
+	}
+	return all[:ml], all[ml:], nil
+}
+
+func (l *Lib) quantWorkspace(numel int64) (*device, error) {
+	n := int64(C.zc_qws(l.fn["zccl_quant_workspace_size"], C.int64_t(numel)))
+	if n < 0 {
+		return nil, fmt.Errorf("zccl_quant_workspace_size(%d) = %d", numel, n)
+	}
+	return l.alloc(n)
+}
+
+// putMessage copies a message's parts to the device.
+func (l *Lib) putMessage(main, exact []byte) (*device, *device, error) {
+	dm, err := l.alloc(int64(len(main)) + 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	de, err := l.alloc(int64(len(exact)) + 1)
+	if err != nil {
+		dm.free()
+		return nil, nil, err
+	}
+	if err := dm.put(0, main); err != nil {
+		return nil, nil, err
+	}
+	if err := de.put(0, exact); err != nil {
+		return nil, nil, err
+	}
+	return dm, de, nil
+}
+
+// QuantDecode decodes a message of numel elements into dtype (size bytes
+// each).
+func (l *Lib) QuantDecode(main, exact []byte, dtype, size int, numel int64) ([]byte, error) {
+	dm, de, err := l.putMessage(main, exact)
+	if err != nil {
+		return nil, err
+	}
+	defer dm.free()
+	defer de.free()
+	dst, err := l.alloc(numel*int64(size) + 1)
+	if err != nil {
+		return nil, err
+	}
+	defer dst.free()
+	ws, err := l.quantWorkspace(numel)
+	if err != nil {
+		return nil, err
+	}
+	defer ws.free()
+	if st := C.zc_qdecode(l.fn["zccl_quant_decode"], l.ctx, dm.p, C.int64_t(len(main)), de.p, C.int64_t(len(exact)),
+		C.int(dtype), C.int64_t(numel), dst.p, ws.p, C.int64_t(ws.n)); st != 0 {
+		return nil, l.err(st)
+	}
+	return dst.get(0, numel*int64(size))
+}
+
+// QuantAccumulate adds a message's values to acc (float32 values as
+// bytes, little-endian), or sets them with first, and returns the result.
+func (l *Lib) QuantAccumulate(main, exact []byte, acc []byte, first bool) ([]byte, error) {
+	dm, de, err := l.putMessage(main, exact)
+	if err != nil {
+		return nil, err
+	}
+	defer dm.free()
+	defer de.free()
+	numel := int64(len(acc) / 4)
+	da, err := l.alloc(int64(len(acc)) + 1)
+	if err != nil {
+		return nil, err
+	}
+	defer da.free()
+	if err := da.put(0, acc); err != nil {
+		return nil, err
+	}
+	ws, err := l.quantWorkspace(numel)
+	if err != nil {
+		return nil, err
+	}
+	defer ws.free()
+	f := C.int(0)
+	if first {
+		f = 1
+	}
+	if st := C.zc_qaccum(l.fn["zccl_quant_accumulate"], l.ctx, dm.p, C.int64_t(len(main)), de.p, C.int64_t(len(exact)),
+		C.int64_t(numel), da.p, f, ws.p, C.int64_t(ws.n)); st != 0 {
+		return nil, l.err(st)
+	}
+	return da.get(0, int64(len(acc)))
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves that the emulation tests can fail: each injected fault (a wrong lane
 # in a shuffle, a flipped ballot bit, __syncthreads doing nothing) must make
-# emu_test exit non-zero. Usage: fault_test.sh EMU_TEST GOLDEN
+# emu_test exit non-zero. Usage: fault_test.sh EMU_TEST GOLDEN [QUANT_GOLDEN]
 set -u
 emu=$1
 golden=$2
