@@ -291,6 +291,37 @@ def test_decode_reduce_matches_torch(k, nsrc):
     assert _bits(got) == _bits(want)
 
 
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_quant_kernels_through_the_benchmark_bindings(k, mode, dtype):
+    # The lossy kernels as `bench kernels --quant` drives them: a decode
+    # within the format's bound, accumulate(first) equal to the float32
+    # decode, and three messages folded in order equal to their float32
+    # decodes summed in order (the byte-for-byte checks against Go are in
+    # cuda/gotest and the emulation's golden cases).
+    from zipccl.bench.kernels import quant_accumulate_call, quant_check, quant_decode_call
+
+    n = 5 * 2048 + 77
+    ws = k.workspace(k.lib.zccl_quant_workspace_size(n))
+    srcs = [_random(n, dtype, 2000 + r).to(k.dev) for r in range(3)]
+    msgs = []
+    for s in srcs:
+        m, bad = quant_check(k, s, mode, ws)
+        assert bad is None, bad
+        msgs.append(m)
+    acc = torch.empty(n, dtype=torch.float32, device=k.dev)
+    quant_accumulate_call(k, msgs, acc, ws, sync=True)()
+    want = None
+    for m in msgs:  # the float32 values of each message: its accumulate alone
+        one = torch.empty(n, dtype=torch.float32, device=k.dev)
+        quant_accumulate_call(k, [m], one, ws, sync=True)()
+        want = one if want is None else want + one
+    assert torch.equal(acc.cpu().view(torch.int32), want.cpu().view(torch.int32))
+    out = torch.empty(n, dtype=dtype, device=k.dev)
+    quant_decode_call(k, msgs[0], out, ws, sync=True)()
+    assert not torch.equal(out.cpu(), srcs[0].cpu()), "lossy"
+
+
 def test_corrupt_frames_rejected(k):
     from zipccl.bench.kernels import ZcclError
 

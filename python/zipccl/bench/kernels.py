@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -106,6 +106,11 @@ class KernelLib:
             "zccl_decode_split": (I, [P, I, I, P, PI64, P, PI64, PI64, PI64, I, P, P, I64, P, U]),
             "zccl_decode_reduce": (I, [P, I, I, ctypes.POINTER(Source), I, I64, P, P, I64, P, U]),
             "zccl_workspace_status": (I, [P, P, P, ctypes.c_char_p, ctypes.c_size_t]),
+            "zccl_quant_main_len": (I64, [I, I64, I]),
+            "zccl_quant_workspace_size": (I64, [I64]),
+            "zccl_quant_encode": (I, [P, I, I, I, P, I64, P, P, I64, P, P, I64, P, U]),
+            "zccl_quant_decode": (I, [P, P, I64, P, I64, I, I64, P, P, I64, P, U]),
+            "zccl_quant_accumulate": (I, [P, P, I64, P, I64, I64, P, I, P, I64, P, U]),
         }
         for name, (res, args) in sig.items():
             fn = getattr(lib, name)
@@ -249,6 +254,64 @@ class KernelLib:
 
 # ---------------------------------------------------------------- the benchmark
 
+
+QUANT_MODES = {"int8": 1, "int4": 2}
+QUANT_BLOCK = 2048  # backend/lossy.Block
+
+
+class QuantMessage(NamedTuple):
+    """A lossy message on the device: the main part, then room for the
+    exact part, in one buffer (as the collectives send it)."""
+
+    buf: torch.Tensor
+    main_len: int
+    exact_len: torch.Tensor  # int64, on the device
+
+
+def quant_encode_call(k: "KernelLib", src: torch.Tensor, mode: str, msg: QuantMessage, ws: torch.Tensor,
+                      sync: bool = False) -> Any:
+    """A prepared zccl_quant_encode call of src into msg."""
+    n = src.numel()
+    args = (k.ctx, DTYPE_CODES[src.dtype], QUANT_MODES[mode], QUANT_BLOCK, src.data_ptr(), n, msg.buf.data_ptr(),
+            msg.buf.data_ptr() + msg.main_len, msg.buf.numel() - msg.main_len, msg.exact_len.data_ptr(),
+            ws.data_ptr(), ws.numel(), k._stream(), FLAG_SYNC if sync else 0)
+    return lambda: k._check(k.lib.zccl_quant_encode(*args))
+
+
+def quant_message(k: "KernelLib", src: torch.Tensor, mode: str) -> QuantMessage:
+    """A buffer for src's message: main part plus the largest exact part."""
+    n = src.numel()
+    main = k.lib.zccl_quant_main_len(QUANT_MODES[mode], n, QUANT_BLOCK)
+    buf = torch.empty(main + n * src.element_size(), dtype=torch.uint8, device=k.dev)
+    return QuantMessage(buf, main, torch.zeros(1, dtype=torch.int64, device=k.dev))
+
+
+def quant_decode_call(k: "KernelLib", msg: QuantMessage, dst: torch.Tensor, ws: torch.Tensor,
+                      sync: bool = False) -> Any:
+    """A prepared zccl_quant_decode call of msg into dst (its dtype)."""
+    el = int(msg.exact_len.item())
+    args = (k.ctx, msg.buf.data_ptr(), msg.main_len, msg.buf.data_ptr() + msg.main_len, el,
+            DTYPE_CODES[dst.dtype], dst.numel(), dst.data_ptr(), ws.data_ptr(), ws.numel(), k._stream(),
+            FLAG_SYNC if sync else 0)
+    return lambda: k._check(k.lib.zccl_quant_decode(*args))
+
+
+def quant_accumulate_call(k: "KernelLib", msgs: Sequence[QuantMessage], acc: torch.Tensor, ws: torch.Tensor,
+                          sync: bool = False) -> Any:
+    """Prepared zccl_quant_accumulate calls folding msgs into acc (float32),
+    the first setting it."""
+    calls = []
+    for i, m in enumerate(msgs):
+        el = int(m.exact_len.item())
+        calls.append((k.ctx, m.buf.data_ptr(), m.main_len, m.buf.data_ptr() + m.main_len, el, acc.numel(),
+                      acc.data_ptr(), int(i == 0), ws.data_ptr(), ws.numel(), k._stream(), FLAG_SYNC if sync else 0))
+
+    def run() -> None:
+        for args in calls:
+            k._check(k.lib.zccl_quant_accumulate(*args))
+    return run
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes-mib", default="1,16,64,256", help="tensor sizes in MiB (default 1,16,64,256)")
     p.add_argument("--dtype", default="bfloat16",
@@ -258,6 +321,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sources", type=int, default=4, help="frames reduced by decode+reduce (default 4)")
     p.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
+    p.add_argument("--quant", default=None,
+                   help="the lossy kernels instead (int8, int4, or both comma-separated): quantize, "
+                        "dequantize and dequantize+accumulate of --sources messages, against a copy")
     p.add_argument("--csv", default=None, help="also write the results to this CSV file")
 
 
@@ -290,6 +356,8 @@ def run(args: argparse.Namespace) -> int:
     k = KernelLib(path)
     rows: list[tuple[str, float, float, float, float, float, float]] = []
     try:
+        if args.quant:
+            return _bench_quant(k, names, args)
         for name in names:
             if _bench_dtype(k, name, args, rows) != 0:
                 return 1
@@ -364,4 +432,83 @@ def _bench_dtype(k: KernelLib, name: str, args: argparse.Namespace, rows: list) 
               f"{red:>11.1f} ({red / copy:4.0%})")
         del srcs, frames, out, y, ws
         torch.cuda.empty_cache()
+    return 0
+
+
+def quant_check(k: KernelLib, x: torch.Tensor, mode: str, ws: torch.Tensor) -> tuple[QuantMessage, str | None]:
+    """Encodes x and checks the kernels against each other and the format's
+    bound: the decode within half a step of each block's absmax (plus the
+    rounding to x's dtype), and accumulate(first) equal to the decode into
+    float32 bit for bit (float32 only: other dtypes round on decode).
+    Returns the message and a failure, or None."""
+    msg = quant_message(k, x, mode)
+    quant_encode_call(k, x, mode, msg, ws, sync=True)()
+    out = torch.empty_like(x)
+    quant_decode_call(k, msg, out, ws, sync=True)()
+    ref = x.double().cpu()
+    got = out.double().cpu()
+    q = 127 if mode == "int8" else 7
+    tol = torch.empty_like(ref)
+    for lo in range(0, ref.numel(), QUANT_BLOCK):
+        tol[lo:lo + QUANT_BLOCK] = ref[lo:lo + QUANT_BLOCK].abs().max() / q / 2 * (1 + 1e-4)
+    ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}.get(x.dtype, 2.0 ** -24)
+    if not bool(((got - ref).abs() <= tol + got.abs() * ulp).all()):
+        return msg, f"{mode} {x.dtype}: decode outside the format's bound"
+    acc = torch.empty(x.numel(), dtype=torch.float32, device=k.dev)
+    quant_accumulate_call(k, [msg], acc, ws, sync=True)()
+    if x.dtype == torch.float32 and not torch.equal(acc.cpu().view(torch.int32), out.cpu().view(torch.int32)):
+        return msg, f"{mode} {x.dtype}: accumulate(first) differs from the decode"
+    return msg, None
+
+
+def _bench_quant(k: KernelLib, names: Sequence[str], args: argparse.Namespace) -> int:
+    """The lossy kernels' table: quantize, dequantize (into the dtype) and
+    dequantize+accumulate of --sources messages into float32, in GB/s of raw
+    tensor bytes (accumulate: all messages' raw bytes), against a copy."""
+    dev = k.dev
+    modes = [m.strip() for m in args.quant.split(",") if m.strip()]
+    for m in modes:
+        if m not in QUANT_MODES:
+            raise SystemExit(f"bench kernels: --quant {m!r}: want int8 or int4")
+    print(f"lossy kernel benchmark on {torch.cuda.get_device_name(dev)}: {k.build_info()}")
+    print(f"N(0, {args.sigma}^2) data, blocks of {QUANT_BLOCK}; accumulate folds {args.sources} messages")
+    rows = []
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(99)
+    for name in names:
+        dtype = _NAMES[name.lower()]
+        for mib in [float(s) for s in args.sizes_mib.split(",") if s.strip()]:
+            esize = torch.empty(0, dtype=dtype).element_size()
+            n = int(mib * (1 << 20)) // esize
+            srcs = [(torch.randn(n, device=dev, generator=gen) * args.sigma).to(dtype) for _ in range(args.sources)]
+            x = srcs[0]
+            y = torch.empty_like(x)
+            t_copy = _time(lambda: y.copy_(x), args.iters, args.warmup)
+            ws = k.workspace(k.lib.zccl_quant_workspace_size(n))
+            for mode in modes:
+                msgs = []
+                for s in srcs:
+                    m, bad = quant_check(k, s, mode, ws)
+                    if bad:
+                        print(f"{mib:g} MiB: {bad}")
+                        return 1
+                    msgs.append(m)
+                t_enc = _time(quant_encode_call(k, x, mode, msgs[0], ws), args.iters, args.warmup)
+                t_dec = _time(quant_decode_call(k, msgs[0], y, ws), args.iters, args.warmup)
+                acc = torch.empty(n, dtype=torch.float32, device=dev)
+                t_acc = _time(quant_accumulate_call(k, msgs, acc, ws), args.iters, args.warmup)
+                nbytes = n * esize
+                gbs = lambda b, t: b / t / 1e9  # noqa: E731
+                copy, enc, dec = gbs(nbytes, t_copy), gbs(nbytes, t_enc), gbs(nbytes, t_dec)
+                accu = gbs(nbytes * args.sources, t_acc)
+                rows.append((name, mib, mode, copy, enc, dec, accu))
+                print(f"{name:>9} {mode} {mib:>5g} MiB copy {copy:8.1f}  quantize {enc:8.1f} ({enc / copy:4.0%})  "
+                      f"dequantize {dec:8.1f} ({dec / copy:4.0%})  accumulate {accu:8.1f} ({accu / copy:4.0%})")
+            del srcs, y, ws
+            torch.cuda.empty_cache()
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write("size_mib,dtype,mode,copy_gbs,quantize_gbs,dequantize_gbs,accumulate_gbs,sources\n")
+            for r in rows:
+                f.write(f"{r[1]:g},{r[0]},{r[2]},{r[3]:.1f},{r[4]:.1f},{r[5]:.1f},{r[6]:.1f},{args.sources}\n")
     return 0
