@@ -44,21 +44,23 @@ def contribution(r, numel, dt, seed, period):
     return x.to(dt)
 
 def deq(x, qmax):
-    # backend/quant's formulas, float32 NumPy arithmetic; NaN/Inf blocks exact
+    # backend/quant's formulas, float32 NumPy arithmetic; NaN/Inf blocks
+    # exact; the mode's block (backend/lossy.BlockOf)
     y = x.copy()
     qm = np.float32(qmax)
-    for lo in range(0, x.size, B):
-        b = x[lo:lo + B]
+    QB = QBLOCK[qmax]
+    for lo in range(0, x.size, QB):
+        b = x[lo:lo + QB]
         if not np.all(np.isfinite(b)):
             continue
         am = np.float32(np.max(np.abs(b)))
         if am == 0:
-            y[lo:lo + B] = 0
+            y[lo:lo + QB] = 0
             continue
         s, inv = np.float32(am / qm), np.float32(qm / am)
         q = np.rint((b * inv).astype(np.float32)).astype(np.int8).astype(np.float32)  # codes: integers, no -0
         assert np.all(np.abs(q) <= qmax)
-        y[lo:lo + B] = (q * s).astype(np.float32)
+        y[lo:lo + QB] = (q * s).astype(np.float32)
     return y
 
 def owner_sum(parts, j, qmax):
@@ -87,6 +89,7 @@ def same(got, want, what):
     assert torch.equal(gb, wb), f"{what}: bits differ (signed zeros?)"
 
 QMAX = {"int8": 127, "int4": 7}
+QBLOCK = {127: 2048, 7: 256}  # elements per scale, by qmax
 res = {"checked": 0, "hash": {}}
 m = 3 * B + 1001  # odd, not a multiple of 2*world
 for dt in (torch.bfloat16, torch.float16, torch.float32):
@@ -112,10 +115,11 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
                 if rank in ranks:
                     continue
                 hs = sum(ins[r][rank * m:(rank + 1) * m].double() for r in ranks)
-                for lo in range(0, m, B):
-                    blk = hs[lo:lo + B]
+                QB = QBLOCK[qmax]
+                for lo in range(0, m, QB):
+                    blk = hs[lo:lo + QB]
                     am = blk.abs().max() if bool(torch.isfinite(blk).all()) else 0.0
-                    bound[lo:lo + B] += 0.5 * am / qmax
+                    bound[lo:lo + QB] += 0.5 * am / qmax
             # plus float32 sums and the rounding to dt (of the output, which
             # the coding moved from ref)
             bound = bound / (world if avg else 1) * (1 + 1e-3) + torch.maximum(ref.abs(), out.double().abs()) * 2.0 ** -7

@@ -40,7 +40,7 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 		}
 	}
 	return gatherCoded(ctx, c, a, mode, hosts, func(main []byte, lo, hi int) ([]byte, error) {
-		return quant.Encode(main, nil, a.In[0][lo*es:hi*es], a.DType, mode, Block)
+		return quant.Encode(main, nil, a.In[0][lo*es:hi*es], a.DType, mode, BlockOf(mode))
 	})
 }
 
@@ -56,7 +56,7 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 	blocks := make([]int, n)
 	most := 0
 	for r, out := range a.Out {
-		blocks[r] = quant.Blocks(len(out)/es, Block)
+		blocks[r] = quant.Blocks(len(out)/es, Unit)
 		most = max(most, len(out)/es)
 	}
 	if !hierarchical(hosts, n) {
@@ -70,7 +70,7 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 	// piece p of rank r: its blocks [lo, hi), as elements and bytes of Out[r]
 	span := func(r, p int) (lo, hi int) {
 		numel := len(a.Out[r]) / es
-		return min(numel, blocks[r]*p/pieces*Block), min(numel, blocks[r]*(p+1)/pieces*Block)
+		return min(numel, blocks[r]*p/pieces*Unit), min(numel, blocks[r]*(p+1)/pieces*Unit)
 	}
 
 	g, gctx := workgroup.New(ctx, "lossy")
@@ -79,7 +79,7 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 	g.Go(func() error { // this rank's pieces, coded ahead of the transfers
 		for p := range pieces {
 			lo, hi := span(me, p)
-			m := a.Pool.Get(quant.MainLen(mode, hi-lo, Block))
+			m := a.Pool.Get(quant.MainLen(mode, hi-lo, BlockOf(mode)))
 			ex, err := code(m, lo, hi)
 			if err != nil {
 				return err
@@ -110,7 +110,7 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 						mains[r] = mine.main
 					} else {
 						lo, hi := span(r, p)
-						mains[r] = a.Pool.Get(quant.MainLen(mode, hi-lo, Block))
+						mains[r] = a.Pool.Get(quant.MainLen(mode, hi-lo, BlockOf(mode)))
 					}
 				}
 				exacts, err := gatherPiece(gctx, stepOffset{c, uint32(3 * p * stride)}, a, mains, mine.exact, hosts, stride)

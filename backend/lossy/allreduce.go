@@ -26,10 +26,10 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 	}
 	es := a.DType.Size()
 	numel := len(a.Out[0]) / es
-	nb := quant.Blocks(numel, Block)
+	nb := quant.Blocks(numel, Unit)
 	ins, outs := make([][]byte, n), make([][]byte, n)
 	for j := range n {
-		lo, hi := min(numel, nb*j/n*Block), min(numel, nb*(j+1)/n*Block)
+		lo, hi := min(numel, nb*j/n*Unit), min(numel, nb*(j+1)/n*Unit)
 		ins[j], outs[j] = a.In[0][lo*es:hi*es], a.Out[0][lo*es:hi*es]
 	}
 	o, err := newToOwners(c, a.Pool, a.DType, mode, ins, hosts)
@@ -72,7 +72,7 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 			if err := wait(gctx, lo, hi); err != nil {
 				return nil, err
 			}
-			return quant.EncodeFloat32(main, nil, acc[lo:hi], mode, Block)
+			return quant.EncodeFloat32(main, nil, acc[lo:hi], mode, BlockOf(mode))
 		})
 	})
 	if err := g.Wait(); err != nil {

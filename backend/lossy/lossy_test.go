@@ -105,7 +105,7 @@ func TestAllGatherIdenticalEverywhere(t *testing.T) {
 		t.Run(fmt.Sprintf("small_pieces=%v", small), func(t *testing.T) {
 			if small {
 				defer func(old int) { pieceElems = old }(pieceElems)
-				pieceElems = Block
+				pieceElems = Unit
 			}
 			testAllGather(t)
 		})
@@ -123,14 +123,14 @@ func testAllGather(t *testing.T) {
 				shards := make([][]byte, n)
 				vals := make([][]float64, n)
 				for r := range n {
-					numel := 3*Block + 17*r // uneven, with tails
+					numel := 3*Unit + 17*r // uneven, with tails
 					xs := make([]float32, numel)
 					for i := range xs {
 						xs[i] = float32(rng.NormFloat64() * 0.05)
 					}
 					if nonFinite && r == n-1 {
 						xs[5] = float32(math.NaN())
-						xs[Block+7] = float32(math.NaN()) // a middle piece
+						xs[Unit+7] = float32(math.NaN()) // a middle piece
 						xs[numel-1] = float32(math.Inf(1))
 					}
 					shards[r] = make([]byte, numel*es)
@@ -139,8 +139,8 @@ func testAllGather(t *testing.T) {
 				}
 				outs := gather(t, shards, dt, lay.hosts)
 				for j := range n { // as one message of the whole shard
-					main := make([]byte, quant.MainLen(quant.Int8, len(shards[j])/es, Block))
-					exact, err := quant.Encode(main, nil, shards[j], dt, quant.Int8, Block)
+					main := make([]byte, quant.MainLen(quant.Int8, len(shards[j])/es, BlockOf(quant.Int8)))
+					exact, err := quant.Encode(main, nil, shards[j], dt, quant.Int8, BlockOf(quant.Int8))
 					require.NoError(t, err)
 					whole := make([]byte, len(shards[j]))
 					require.NoError(t, quant.Decode(whole, main, exact, dt))
@@ -153,8 +153,9 @@ func testAllGather(t *testing.T) {
 				}
 				for j := range n {
 					got := getFloats(dt, outs[0][j])
-					for b := 0; b < len(got); b += Block {
-						hi := min(len(got), b+Block)
+					B := BlockOf(quant.Int8)
+					for b := 0; b < len(got); b += B {
+						hi := min(len(got), b+B)
 						absmax, finite := 0.0, true
 						for _, v := range vals[j][b:hi] {
 							finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)

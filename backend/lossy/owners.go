@@ -87,8 +87,8 @@ func hierarchical(hosts [][]int, n int) bool {
 
 // span is piece p of rank j's shard: elements [lo, hi), whole blocks.
 func (o *toOwners) span(j, p int) (lo, hi int) {
-	nb := quant.Blocks(o.numels[j], Block)
-	return min(o.numels[j], nb*p/o.pieces*Block), min(o.numels[j], nb*(p+1)/o.pieces*Block)
+	nb := quant.Blocks(o.numels[j], Unit)
+	return min(o.numels[j], nb*p/o.pieces*Unit), min(o.numels[j], nb*(p+1)/o.pieces*Unit)
 }
 
 func (o *toOwners) in(j, p int) []byte {
@@ -170,7 +170,7 @@ func (o *toOwners) piece(ctx context.Context, p int, acc []float32, done func(p,
 		defer putF32(mine)
 	}
 	got := make([][]byte, len(rail)) // rail[i]'s coded partial of this rank's piece
-	mainLen := quant.MainLen(o.mode, hi-lo, Block)
+	mainLen := quant.MainLen(o.mode, hi-lo, BlockOf(o.mode))
 	g, gctx := workgroup.New(ctx, "lossy")
 	for i, r := range rail {
 		if i == at {
@@ -178,9 +178,9 @@ func (o *toOwners) piece(ctx context.Context, p int, acc []float32, done func(p,
 		}
 		g.Go(func() error { // code and send rail[i]'s piece
 			rlo, rhi := o.span(r, p)
-			m := o.pool.Get(quant.MainLen(o.mode, rhi-rlo, Block))
+			m := o.pool.Get(quant.MainLen(o.mode, rhi-rlo, BlockOf(o.mode)))
 			defer o.pool.Put(m)
-			ex, err := quant.Encode(m, nil, parts[i], partDT, o.mode, Block)
+			ex, err := quant.Encode(m, nil, parts[i], partDT, o.mode, BlockOf(o.mode))
 			if err != nil {
 				return err
 			}

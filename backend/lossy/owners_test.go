@@ -64,8 +64,8 @@ func randomShards(rng *rand.Rand, n, numel int, dt dtype.DType, nonFinite bool) 
 			for i := range xs {
 				xs[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
 			}
-			if nonFinite && r == 1 && j == 0 && numel > Block+3 {
-				xs[Block+3] = float32(math.NaN())
+			if nonFinite && r == 1 && j == 0 && numel > Unit+3 {
+				xs[Unit+3] = float32(math.NaN())
 			}
 			if nonFinite && r == 0 && j == n-1 {
 				xs[numel-1] = float32(math.Inf(1))
@@ -114,8 +114,8 @@ func expectOwner(t *testing.T, ins [][][]byte, j int, dt dtype.DType, mode quant
 			addExact(partDT, acc, part, h == 0)
 			continue
 		}
-		main := make([]byte, quant.MainLen(mode, numel, Block))
-		exact, err := quant.Encode(main, nil, part, partDT, mode, Block)
+		main := make([]byte, quant.MainLen(mode, numel, BlockOf(mode)))
+		exact, err := quant.Encode(main, nil, part, partDT, mode, BlockOf(mode))
 		require.NoError(t, err)
 		require.NoError(t, quant.Accumulate(acc, main, exact, h == 0))
 	}
@@ -140,8 +140,9 @@ func boundOwner(vals [][][]float64, j int, dt dtype.DType, mode quant.Mode, host
 	}
 	numel := len(got)
 	out := make([]float64, numel)
-	for b := 0; b < numel; b += Block {
-		hi := min(numel, b+Block)
+	B := BlockOf(mode)
+	for b := 0; b < numel; b += B {
+		hi := min(numel, b+B)
 		for _, ranks := range hosts {
 			owner := false
 			sums := make([]float64, hi-b)
@@ -175,11 +176,11 @@ func boundOwner(vals [][][]float64, j int, dt dtype.DType, mode quant.Mode, host
 
 func TestReduceScatter(t *testing.T) {
 	defer func(old int) { pieceElems = old }(pieceElems)
-	pieceElems = Block // several pieces, as a large tensor has
+	pieceElems = Unit // several pieces, as a large tensor has
 	for _, mode := range []quant.Mode{quant.Int8, quant.Int4} {
 		for _, lay := range layouts {
 			for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16} {
-				for _, numel := range []int{1, 2*Block + 1001} {
+				for _, numel := range []int{1, 2*Unit + 1001} {
 					name := fmt.Sprintf("%v/%s/%v/numel%d", mode, layoutName(lay.n, lay.hosts), dt, numel)
 					rng := rand.New(rand.NewPCG(uint64(lay.n), uint64(numel)))
 					n, es := lay.n, dt.Size()
@@ -230,11 +231,11 @@ func TestReduceScatter(t *testing.T) {
 // two quantizations; AVG divides before the second.
 func TestAllReduce(t *testing.T) {
 	defer func(old int) { pieceElems = old }(pieceElems)
-	pieceElems = Block
+	pieceElems = Unit
 	for _, mode := range []quant.Mode{quant.Int8, quant.Int4} {
 		for _, lay := range layouts {
 			for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16} {
-				for _, numel := range []int{7, 5*Block + 3} {
+				for _, numel := range []int{7, 5*Unit + 3} {
 					avg := 1 + numel%2*(lay.n-1) // odd counts average
 					name := fmt.Sprintf("%v/%s/%v/numel%d/avg%d", mode, layoutName(lay.n, lay.hosts), dt, numel, avg)
 					rng := rand.New(rand.NewPCG(uint64(lay.n), uint64(numel)))
@@ -250,10 +251,10 @@ func TestAllReduce(t *testing.T) {
 						require.Equal(t, outs[0], outs[r], "%s: rank %d", name, r)
 					}
 					// the shards: whole blocks, split as AllReduce documents
-					nb := quant.Blocks(numel, Block)
+					nb := quant.Blocks(numel, Unit)
 					ins := make([][][]byte, n)
 					for j := range n {
-						lo, hi := min(numel, nb*j/n*Block), min(numel, nb*(j+1)/n*Block)
+						lo, hi := min(numel, nb*j/n*Unit), min(numel, nb*(j+1)/n*Unit)
 						for r := range n {
 							ins[r] = append(ins[r], whole[r][0][lo*es:hi*es])
 						}
@@ -261,18 +262,18 @@ func TestAllReduce(t *testing.T) {
 					for j := range n {
 						acc := expectOwner(t, ins, j, dt, mode, lay.hosts)
 						divide(acc, avg)
-						main := make([]byte, quant.MainLen(mode, len(acc), Block))
-						exact, err := quant.EncodeFloat32(main, nil, acc, mode, Block)
+						main := make([]byte, quant.MainLen(mode, len(acc), BlockOf(mode)))
+						exact, err := quant.EncodeFloat32(main, nil, acc, mode, BlockOf(mode))
 						require.NoError(t, err)
 						want := make([]byte, len(acc)*es)
 						require.NoError(t, quant.Decode(want, main, exact, dt))
-						lo := nb * j / n * Block
+						lo := nb * j / n * Unit
 						require.Equal(t, want, outs[0][min(numel, lo)*es:min(numel, lo)*es+len(want)], "%s: shard %d", name, j)
 					}
 					// against float64: the reduction's bound, plus the second coding
 					got := getFloats(dt, outs[0])
 					for j := range n {
-						lo, hi := min(numel, nb*j/n*Block), min(numel, nb*(j+1)/n*Block)
+						lo, hi := min(numel, nb*j/n*Unit), min(numel, nb*(j+1)/n*Unit)
 						vals := make([][][]float64, n)
 						for r := range n {
 							vals[r] = make([][]float64, n)
@@ -280,15 +281,17 @@ func TestAllReduce(t *testing.T) {
 						}
 						first := boundOwner(vals, j, dt, mode, lay.hosts, got[lo:hi])
 						q := map[quant.Mode]float64{quant.Int8: 127, quant.Int4: 7}[mode]
-						for b := lo; b < hi; b += Block {
-							bhi := min(hi, b+Block)
-							absmax := 0.0
+						B := BlockOf(mode)
+						for b := lo; b < hi; b += B {
+							bhi := min(hi, b+B)
+							absmax, most := 0.0, 0.0 // of the sum, and of its first bound
 							for i := b; i < bhi; i++ {
 								ref := 0.0
 								for r := range n {
 									ref += vals[r][j][i-lo]
 								}
 								absmax = max(absmax, math.Abs(ref)/float64(avg))
+								most = max(most, first[i-lo]/float64(avg))
 							}
 							for i := b; i < bhi; i++ {
 								ref := 0.0
@@ -300,7 +303,7 @@ func TestAllReduce(t *testing.T) {
 									require.Equal(t, math.IsNaN(ref), math.IsNaN(got[i]), "%s: element %d", name, i)
 									continue
 								}
-								bound := first[i-lo]/float64(avg) + 0.5*(absmax+first[i-lo])/q*(1+1e-4) + math.Abs(got[i])*ulpRel(dt)
+								bound := first[i-lo]/float64(avg) + 0.5*(absmax+most)/q*(1+1e-4) + math.Abs(got[i])*ulpRel(dt)
 								require.LessOrEqualf(t, math.Abs(got[i]-ref), bound, "%s: element %d", name, i)
 							}
 						}

@@ -42,12 +42,13 @@ func BenchmarkDecodeBF16(b *testing.B) {
 	}
 }
 
+// The int4 benchmarks use the collectives' int4 block, 256 (lossy.BlockOf).
 func BenchmarkEncodeInt4BF16(b *testing.B) {
 	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int4, 1<<22, 2048))
+	main := make([]byte, MainLen(Int4, 1<<22, 256))
 	b.SetBytes(int64(len(src)))
 	for b.Loop() {
-		if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 2048); err != nil {
+		if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 256); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -57,8 +58,8 @@ func BenchmarkEncodeInt4BF16(b *testing.B) {
 // into float32 accumulators (bytes: the bfloat16 elements').
 func BenchmarkAccumulateInt4(b *testing.B) {
 	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int4, 1<<22, 2048))
-	if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 2048); err != nil {
+	main := make([]byte, MainLen(Int4, 1<<22, 256))
+	if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 256); err != nil {
 		b.Fatal(err)
 	}
 	acc := make([]float32, 1<<22)
@@ -72,8 +73,8 @@ func BenchmarkAccumulateInt4(b *testing.B) {
 
 func BenchmarkDecodeInt4BF16(b *testing.B) {
 	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int4, 1<<22, 2048))
-	if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 2048); err != nil {
+	main := make([]byte, MainLen(Int4, 1<<22, 256))
+	if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 256); err != nil {
 		b.Fatal(err)
 	}
 	dst := make([]byte, len(src))

@@ -277,7 +277,7 @@ def set_lossy(group: Any = None, *, min_bytes: int | None = None, **modes: str |
 
     Modes: ``all_gather="int8"``, ``reduce_scatter="int8"`` or ``"int4"``,
     ``all_reduce="int8"`` or ``"int4"`` (blockwise, one fp32 scale per
-    2048 elements; NaN and Inf blocks travel exact; reductions sum in
+    2048 elements for int8, 256 for int4; NaN and Inf blocks travel exact; reductions sum in
     float32, and on hosts of several ranks code only each host's exact
     partial sum). A mode applies only to float32, bfloat16 and float16
     tensors of at least ``min_bytes`` (default 64 KiB; the gathered or the

@@ -256,7 +256,7 @@ class KernelLib:
 
 
 QUANT_MODES = {"int8": 1, "int4": 2}
-QUANT_BLOCK = 2048  # backend/lossy.Block
+QUANT_BLOCK = {"int8": 2048, "int4": 256}  # backend/lossy.BlockOf
 
 
 class QuantMessage(NamedTuple):
@@ -272,7 +272,7 @@ def quant_encode_call(k: "KernelLib", src: torch.Tensor, mode: str, msg: QuantMe
                       sync: bool = False) -> Any:
     """A prepared zccl_quant_encode call of src into msg."""
     n = src.numel()
-    args = (k.ctx, DTYPE_CODES[src.dtype], QUANT_MODES[mode], QUANT_BLOCK, src.data_ptr(), n, msg.buf.data_ptr(),
+    args = (k.ctx, DTYPE_CODES[src.dtype], QUANT_MODES[mode], QUANT_BLOCK[mode], src.data_ptr(), n, msg.buf.data_ptr(),
             msg.buf.data_ptr() + msg.main_len, msg.buf.numel() - msg.main_len, msg.exact_len.data_ptr(),
             ws.data_ptr(), ws.numel(), k._stream(), FLAG_SYNC if sync else 0)
     return lambda: k._check(k.lib.zccl_quant_encode(*args))
@@ -281,7 +281,7 @@ def quant_encode_call(k: "KernelLib", src: torch.Tensor, mode: str, msg: QuantMe
 def quant_message(k: "KernelLib", src: torch.Tensor, mode: str) -> QuantMessage:
     """A buffer for src's message: main part plus the largest exact part."""
     n = src.numel()
-    main = k.lib.zccl_quant_main_len(QUANT_MODES[mode], n, QUANT_BLOCK)
+    main = k.lib.zccl_quant_main_len(QUANT_MODES[mode], n, QUANT_BLOCK[mode])
     buf = torch.empty(main + n * src.element_size(), dtype=torch.uint8, device=k.dev)
     return QuantMessage(buf, main, torch.zeros(1, dtype=torch.int64, device=k.dev))
 
@@ -447,10 +447,10 @@ def quant_check(k: KernelLib, x: torch.Tensor, mode: str, ws: torch.Tensor) -> t
     quant_decode_call(k, msg, out, ws, sync=True)()
     ref = x.double().cpu()
     got = out.double().cpu()
-    q = 127 if mode == "int8" else 7
+    q, B = (127 if mode == "int8" else 7), QUANT_BLOCK[mode]
     tol = torch.empty_like(ref)
-    for lo in range(0, ref.numel(), QUANT_BLOCK):
-        tol[lo:lo + QUANT_BLOCK] = ref[lo:lo + QUANT_BLOCK].abs().max() / q / 2 * (1 + 1e-4)
+    for lo in range(0, ref.numel(), B):
+        tol[lo:lo + B] = ref[lo:lo + B].abs().max() / q / 2 * (1 + 1e-4)
     ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}.get(x.dtype, 2.0 ** -24)
     if not bool(((got - ref).abs() <= tol + got.abs() * ulp).all()):
         return msg, f"{mode} {x.dtype}: decode outside the format's bound"
@@ -471,7 +471,8 @@ def _bench_quant(k: KernelLib, names: Sequence[str], args: argparse.Namespace) -
         if m not in QUANT_MODES:
             raise SystemExit(f"bench kernels: --quant {m!r}: want int8 or int4")
     print(f"lossy kernel benchmark on {torch.cuda.get_device_name(dev)}: {k.build_info()}")
-    print(f"N(0, {args.sigma}^2) data, blocks of {QUANT_BLOCK}; accumulate folds {args.sources} messages")
+    print(f"N(0, {args.sigma}^2) data, the collectives' blocks (int8 2048, int4 256); "
+          f"accumulate folds {args.sources} messages")
     rows = []
     gen = torch.Generator(device=dev)
     gen.manual_seed(99)

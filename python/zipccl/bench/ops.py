@@ -135,17 +135,17 @@ def reorder_tolerance(inp: torch.Tensor, total: torch.Tensor, world_size: int) -
     return total * ((world_size - 1) * eps) + tiny
 
 
-LOSSY_BLOCK = 2048  # backend/lossy.Block
+LOSSY_BLOCK = {"int8": 2048, "int4": 256}  # backend/lossy.BlockOf
 LOSSY_QMAX = {"int8": 127, "int4": 7}
 
 
-def _block_absmax(x: torch.Tensor) -> torch.Tensor:
-    """Each element's block's largest magnitude (blocks of LOSSY_BLOCK along
-    the last dimension)."""
+def _block_absmax(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Each element's block's largest magnitude (blocks along the last
+    dimension)."""
     out = torch.empty_like(x)
-    for lo in range(0, x.shape[-1], LOSSY_BLOCK):
-        b = x[..., lo:lo + LOSSY_BLOCK]
-        out[..., lo:lo + LOSSY_BLOCK] = b.abs().amax(dim=-1, keepdim=True)
+    for lo in range(0, x.shape[-1], block):
+        b = x[..., lo:lo + block]
+        out[..., lo:lo + block] = b.abs().amax(dim=-1, keepdim=True)
     return out
 
 
@@ -161,16 +161,16 @@ def lossy_tolerance(spec: OpSpec, ref: torch.Tensor, n: int, modes: dict[str, st
     mode = modes.get(spec.name)
     if mode is None or not ref.dtype.is_floating_point:
         return None
-    q = LOSSY_QMAX[mode]
+    q, block = LOSSY_QMAX[mode], LOSSY_BLOCK[mode]
     ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}.get(ref.dtype, 0.0)
     x = ref.detach().cpu().double()
     if spec.name == "all_gather":
         x = x.reshape(n, -1)
-        return (_block_absmax(x) / q / 2 * (1 + 1e-4) + x.abs() * ulp).reshape(ref.shape)
+        return (_block_absmax(x, block) / q / 2 * (1 + 1e-4) + x.abs() * ulp).reshape(ref.shape)
     a = total.double().reshape(x.shape)
-    first = _block_absmax(a) * (n - 1) / q / 2 * (1 + 1e-4) + a * n * 2.0 ** -24
+    first = _block_absmax(a, block) * (n - 1) / q / 2 * (1 + 1e-4) + a * n * 2.0 ** -24
     if spec.name == "all_reduce":
-        first = first + (_block_absmax(a) + first) / q / 2 * (1 + 1e-4)
+        first = first + (_block_absmax(a, block) + _block_absmax(first, block)) / q / 2 * (1 + 1e-4)
     return first + (x.abs() + first) * ulp
 
 
