@@ -27,7 +27,7 @@ const Unit = 2048
 // BlockOf is mode's elements per scale, measured on real tensors
 // (RESULTS.md, "Lossy collectives"): int8, for weights, 2048 (0.75x the
 // error of DeepSpeed's quantizer on real weights for 0.2 % more bytes);
-// int4, for gradients, 256 (0.65x the error of 2048 on the demo's
+// int4, for gradients, 256 (0.51 to 0.65x the error of 2048 on the demo's
 // gradients for 3 % more bytes).
 func BlockOf(m quant.Mode) int {
 	if m == quant.Int4 {
