@@ -180,7 +180,7 @@ def plot(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], mod
         for ax in (axes[0][col], axes[1][col]):
             ax.grid(True, alpha=0.3)
             ax.legend()
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=9, wrap=True)  # one column (--lossy) is narrow for the layout line
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
