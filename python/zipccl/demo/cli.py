@@ -14,7 +14,7 @@ parameters as int8 (qwZ) and reduce-scatters gradients as int4 (qgZ),
 alternating in one launch with lossless zipccl and gloo (both with hpZ
 too, so that only the communication differs). Its defaults are 2 hosts
 of 2 ranks and 100 Mbit/s links: there gloo's step is bound by the
-network (about 17 MB per host NIC per step, over a second, against about
+network (about 14 MB per host NIC per step, over a second, against about
 a quarter of a second of compute on this machine), which is where
 quantized collectives are meant to pay.
 """
