@@ -189,3 +189,34 @@ func TestLossyReductions(t *testing.T) {
 	require.Equal(t, int64(2), st.Ops["all_reduce"].Count)
 	require.Equal(t, int64(1), st.Ops["reduce_scatter"].LossyCalls["int4"])
 }
+
+// Ranks whose reduce_scatter modes differ (int4 against int8) fail the op
+// on every rank, naming the policy; all_reduce, not under either policy,
+// runs.
+func TestLossyReductionModeMismatch(t *testing.T) {
+	const n, numel = 3, 1 << 13
+	r := newRig(t, n, 20*time.Second)
+	for rank, c := range r.comms {
+		mode := "int4"
+		if rank == 2 {
+			mode = "int8"
+		}
+		require.NoError(t, c.SetLossy("reduce_scatter="+mode+",min_bytes=0"))
+	}
+	rs := func(rank int) *Op {
+		in := make([][]byte, n)
+		for j := range in {
+			in[j] = make([]byte, 4*numel)
+		}
+		return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in,
+			Out: [][]byte{make([]byte, 4*numel)}}
+	}
+	requireAllFail(t, r.everyRank(rs), CodeMismatch, "lossy policy int")
+	res := r.everyRank(func(rank int) *Op {
+		b := f32s(1, 2, 3)
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
+	})
+	for rank, x := range res {
+		require.NoError(t, x.err, "rank %d", rank)
+	}
+}
