@@ -76,3 +76,49 @@ func Group(ids []string) [][]int {
 	}
 	return out
 }
+
+// Equal reports whether layout (group ranks by host, as Group returns)
+// covers a group of n ranks with at least two hosts of the same number of
+// ranks, at least two each, every rank once: the layouts the hierarchical
+// algorithms take.
+func Equal(layout [][]int, n int) bool {
+	if len(layout) < 2 || len(layout[0]) < 2 || len(layout)*len(layout[0]) != n {
+		return false
+	}
+	seen := make([]bool, n)
+	for _, host := range layout {
+		if len(host) != len(layout[0]) {
+			return false
+		}
+		for _, r := range host {
+			if r < 0 || r >= n || seen[r] {
+				return false
+			}
+			seen[r] = true
+		}
+	}
+	return true
+}
+
+// Where finds rank in layout: its host and its local index there (-1, -1
+// when absent).
+func Where(layout [][]int, rank int) (host, local int) {
+	for h, ranks := range layout {
+		for l, r := range ranks {
+			if r == rank {
+				return h, l
+			}
+		}
+	}
+	return -1, -1
+}
+
+// Rail is the ranks of local index l on every host, in host order (the
+// ranks that talk across hosts in the hierarchical algorithms).
+func Rail(layout [][]int, l int) []int {
+	out := make([]int, len(layout))
+	for h, ranks := range layout {
+		out[h] = ranks[l]
+	}
+	return out
+}

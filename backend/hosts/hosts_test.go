@@ -37,3 +37,17 @@ func TestIDs(t *testing.T) {
 	require.Equal(t, "rack7-node3", Machine())
 	require.Equal(t, "rack7-node3", ID())
 }
+
+func TestLayoutHelpers(t *testing.T) {
+	layout := [][]int{{0, 2}, {1, 3}}
+	require.True(t, Equal(layout, 4))
+	require.False(t, Equal([][]int{{0, 1, 2}, {3}}, 4), "unequal hosts")
+	require.False(t, Equal([][]int{{0}, {1}}, 2), "one rank per host")
+	require.False(t, Equal([][]int{{0, 1}}, 2), "one host")
+	require.False(t, Equal([][]int{{0, 1}, {1, 2}}, 4), "a rank twice")
+	h, l := Where(layout, 3)
+	require.Equal(t, []int{1, 1}, []int{h, l})
+	h, l = Where(layout, 7)
+	require.Equal(t, []int{-1, -1}, []int{h, l})
+	require.Equal(t, []int{2, 3}, Rail(layout, 1))
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/hosts"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 	"github.com/zipccl/zipccl/backend/quant"
 )
@@ -28,7 +30,7 @@ var pieceElems = 1 << 16
 // piece, the main parts travel in one all-gather and the exact parts (blocks
 // holding NaN or Inf) in a second one, only when some rank has one; coding
 // the next pieces and decoding the received ones overlap the transfers.
-func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, hosts [][]int) error {
+func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, layout [][]int) error {
 	n, me := c.Size(), c.Rank()
 	if len(a.In) != 1 || len(a.Out) != n || len(a.Out[me]) != len(a.In[0]) {
 		return fmt.Errorf("lossy: all_gather: want 1 input and %d outputs, In[0] as long as Out[%d]", n, me)
@@ -39,7 +41,7 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 			return fmt.Errorf("lossy: all_gather: rank %d's %d bytes are not whole %v elements", r, len(out), a.DType)
 		}
 	}
-	return gatherCoded(ctx, c, a, mode, hosts, func(main []byte, lo, hi int) ([]byte, error) {
+	return gatherCoded(ctx, c, a, mode, layout, func(main []byte, lo, hi int) ([]byte, error) {
 		return quant.Encode(main, nil, a.In[0][lo*es:hi*es], a.DType, mode, BlockOf(mode))
 	})
 }
@@ -50,7 +52,7 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 // hosts (a hierarchical layout) the main parts travel in two stages: on
 // each rail across hosts, then inside each host, so that each coded shard
 // crosses to every other host once.
-func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, hosts [][]int, code func(main []byte, lo, hi int) ([]byte, error)) error {
+func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, layout [][]int, code func(main []byte, lo, hi int) ([]byte, error)) error {
 	n, me := c.Size(), c.Rank()
 	es := a.DType.Size()
 	blocks := make([]int, n)
@@ -59,8 +61,8 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 		blocks[r] = quant.Blocks(len(out)/es, Unit)
 		most = max(most, len(out)/es)
 	}
-	if !hierarchical(hosts, n) {
-		hosts = nil
+	if !hosts.Equal(layout, n) {
+		layout = nil
 	}
 	// Each piece uses three slot ranges (main on rails or on the group,
 	// main inside hosts, exact) of 2n steps, under the reserved top bit of
@@ -113,7 +115,7 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 						mains[r] = a.Pool.Get(quant.MainLen(mode, hi-lo, BlockOf(mode)))
 					}
 				}
-				exacts, err := gatherPiece(gctx, stepOffset{c, uint32(3 * p * stride)}, a, mains, mine.exact, hosts, stride)
+				exacts, err := gatherPiece(gctx, stepOffset{c, uint32(3 * p * stride)}, a, mains, mine.exact, layout, stride)
 				<-inflight // transfers done: the next piece may start
 				if err != nil {
 					return err
@@ -140,9 +142,9 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 // gatherPiece all-gathers one piece's main parts (mains[me] filled, the
 // others sized) and, when some rank has blocks that travel exact, their
 // exact parts (the header of each main part says how long each is).
-func gatherPiece(ctx context.Context, c collective.Conn, a collective.Args, mains [][]byte, exact []byte, hosts [][]int, stride int) ([][]byte, error) {
+func gatherPiece(ctx context.Context, c collective.Conn, a collective.Args, mains [][]byte, exact []byte, layout [][]int, stride int) ([][]byte, error) {
 	me := c.Rank()
-	if err := gatherMains(ctx, c, a, mains, hosts, stride); err != nil {
+	if err := gatherMains(ctx, c, a, mains, layout, stride); err != nil {
 		return nil, err
 	}
 	exacts := make([][]byte, len(mains))
@@ -169,25 +171,25 @@ func gatherPiece(ctx context.Context, c collective.Conn, a collective.Args, main
 // first on this rank's rail (the main parts of its local index on every
 // host), then inside the host, each local rank forwarding what its rail
 // brought, back to back.
-func gatherMains(ctx context.Context, c collective.Conn, a collective.Args, mains [][]byte, hosts [][]int, stride int) error {
+func gatherMains(ctx context.Context, c collective.Conn, a collective.Args, mains [][]byte, layout [][]int, stride int) error {
 	me := c.Rank()
 	u8 := collective.Args{DType: dtype.UInt8, Pool: a.Pool, Local: a.Local}
-	if hosts == nil {
+	if layout == nil {
 		u8.In, u8.Out = [][]byte{mains[me]}, mains
 		return collective.AllGather(ctx, c, u8)
 	}
-	host, local := where(hosts, me)
-	rail := railOf(hosts, local)
-	u8.In, u8.Out = [][]byte{mains[me]}, pick(mains, rail)
+	host, local := hosts.Where(layout, me)
+	rail := hosts.Rail(layout, local)
+	u8.In, u8.Out = [][]byte{mains[me]}, bufs.Pick(mains, rail)
 	if err := collective.AllGather(ctx, &view{c, rail, host, 0}, u8); err != nil {
 		return err
 	}
 	// inside the host: local rank l sends its rail's main parts
-	mine := hosts[host]
+	mine := layout[host]
 	outs := make([][]byte, len(mine))
 	for l := range mine {
 		n := 0
-		for _, r := range railOf(hosts, l) {
+		for _, r := range hosts.Rail(layout, l) {
 			n += len(mains[r])
 		}
 		outs[l] = a.Pool.Get(n)
@@ -207,41 +209,11 @@ func gatherMains(ctx context.Context, c collective.Conn, a collective.Args, main
 			continue
 		}
 		off := 0
-		for _, r := range railOf(hosts, l) {
+		for _, r := range hosts.Rail(layout, l) {
 			off += copy(mains[r], outs[l][off:])
 		}
 	}
 	return nil
-}
-
-// where finds group rank me in hosts: its host and local index.
-func where(hosts [][]int, me int) (host, local int) {
-	for h, ranks := range hosts {
-		for l, r := range ranks {
-			if r == me {
-				return h, l
-			}
-		}
-	}
-	return -1, -1
-}
-
-// railOf is the ranks of local index l on every host, in host order.
-func railOf(hosts [][]int, l int) []int {
-	out := make([]int, len(hosts))
-	for h, ranks := range hosts {
-		out[h] = ranks[l]
-	}
-	return out
-}
-
-// pick returns bs[r] for every rank r of ranks.
-func pick(bs [][]byte, ranks []int) [][]byte {
-	out := make([][]byte, len(ranks))
-	for i, r := range ranks {
-		out[i] = bs[r]
-	}
-	return out
 }
 
 // view is some ranks of the group's connection (this rank at index me),

@@ -19,7 +19,7 @@ import (
 // are bitwise identical on every rank, each element quantized exactly twice
 // on its way. On hosts both phases use the layout (ReduceScatter's and
 // AllGather's).
-func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, hosts [][]int, avg int) error {
+func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, layout [][]int, avg int) error {
 	n, me := c.Size(), c.Rank()
 	if len(a.In) != 1 || len(a.Out) != 1 || len(a.In[0]) != len(a.Out[0]) {
 		return fmt.Errorf("lossy: all_reduce: want 1 input and 1 output of one length")
@@ -32,7 +32,7 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 		lo, hi := min(numel, nb*j/n*Unit), min(numel, nb*(j+1)/n*Unit)
 		ins[j], outs[j] = a.In[0][lo*es:hi*es], a.Out[0][lo*es:hi*es]
 	}
-	o, err := newToOwners(c, a.Pool, a.DType, mode, ins, hosts)
+	o, err := newToOwners(c, a.Pool, a.DType, mode, ins, layout)
 	if err != nil {
 		return fmt.Errorf("lossy: all_reduce: %w", err)
 	}
@@ -68,7 +68,7 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 	g.Go(func() error {
 		second := stepOffset{c, uint32(ownerPieceSteps * maxPieces)}
 		ga := collective.Args{DType: a.DType, Out: outs, Pool: a.Pool, Local: a.Local}
-		return gatherCoded(gctx, second, ga, mode, hosts, func(main []byte, lo, hi int) ([]byte, error) {
+		return gatherCoded(gctx, second, ga, mode, layout, func(main []byte, lo, hi int) ([]byte, error) {
 			if err := wait(gctx, lo, hi); err != nil {
 				return nil, err
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 	"github.com/zipccl/zipccl/backend/quant"
@@ -44,7 +45,7 @@ type toOwners struct {
 	mode   quant.Mode
 	ins    [][]byte // per group rank j: this rank's contribution to j's shard
 	numels []int    // elements of each rank's shard
-	hosts  [][]int  // nil: one hop
+	layout [][]int  // nil: one hop
 	host   int      // this rank's host and local index (hosts only)
 	local  int
 	pieces int
@@ -58,7 +59,7 @@ const ownerPieceSteps = 2
 // reserved top bit of a slot's 16-bit step, with room for a second phase.
 const maxPieces = 1 << 12
 
-func newToOwners(c collective.VarConn, pool *collective.Pool, dt dtype.DType, mode quant.Mode, ins [][]byte, hosts [][]int) (*toOwners, error) {
+func newToOwners(c collective.VarConn, pool *collective.Pool, dt dtype.DType, mode quant.Mode, ins [][]byte, layout [][]int) (*toOwners, error) {
 	n, me := c.Size(), c.Rank()
 	es := dt.Size()
 	o := &toOwners{c: c, pool: pool, dt: dt, mode: mode, ins: ins, numels: make([]int, n)}
@@ -70,19 +71,12 @@ func newToOwners(c collective.VarConn, pool *collective.Pool, dt dtype.DType, mo
 		o.numels[j] = len(in) / es
 		most = max(most, o.numels[j])
 	}
-	if hierarchical(hosts, n) {
-		o.hosts = hosts
-		o.host, o.local = where(hosts, me)
+	if hosts.Equal(layout, n) {
+		o.layout = layout
+		o.host, o.local = hosts.Where(layout, me)
 	}
 	o.pieces = min(max(1, (most+pieceElems-1)/pieceElems), maxPieces)
 	return o, nil
-}
-
-// hierarchical reports whether hosts is a layout of equal hosts of several
-// ranks covering a group of n (zcoll.Hosts.Hierarchical's rule, which the
-// engine already applied).
-func hierarchical(hosts [][]int, n int) bool {
-	return len(hosts) >= 2 && len(hosts[0]) >= 2 && len(hosts)*len(hosts[0]) == n
 }
 
 // span is piece p of rank j's shard: elements [lo, hi), whole blocks.
@@ -99,14 +93,14 @@ func (o *toOwners) in(j, p int) []byte {
 // rail is the ranks the coded stage runs on, this rank among them at
 // index at: its rail, or the whole group.
 func (o *toOwners) rail() (ranks []int, at int) {
-	if o.hosts == nil {
+	if o.layout == nil {
 		ranks = make([]int, o.c.Size())
 		for i := range ranks {
 			ranks[i] = i
 		}
 		return ranks, o.c.Rank()
 	}
-	return railOf(o.hosts, o.local), o.host
+	return hosts.Rail(o.layout, o.local), o.host
 }
 
 // run sums this rank's shard piece by piece in float32 and hands each
@@ -142,7 +136,7 @@ func (o *toOwners) piece(ctx context.Context, p int, acc []float32, done func(p,
 	// bytes (one hop) or a host's float32 partial sum.
 	parts := make([][]byte, len(rail))
 	partDT := o.dt
-	if o.hosts == nil {
+	if o.layout == nil {
 		for i, r := range rail {
 			parts[i] = o.in(r, p)
 		}
@@ -242,14 +236,14 @@ func putF32(b []float32) { f32Pool.Put(&b) }
 // hostSums is step 1 for piece p: this host's exact float32 sums of the
 // pieces of rail l's shards, one per host, in local-rank order.
 func (o *toOwners) hostSums(ctx context.Context, p int) ([][]float32, error) {
-	H, mine := len(o.hosts), o.hosts[o.host]
+	H, mine := len(o.layout), o.layout[o.host]
 	es := o.dt.Size()
 	// from[l']: local rank l''s contributions to rail l's pieces, host by
 	// host, back to back (this rank's own: read in place)
 	from := make([][]byte, len(mine))
 	size := 0
 	for h := range H {
-		size += len(o.in(o.hosts[h][o.local], p))
+		size += len(o.in(o.layout[h][o.local], p))
 	}
 	g, gctx := workgroup.New(ctx, "lossy")
 	for l, r := range mine {
@@ -259,7 +253,7 @@ func (o *toOwners) hostSums(ctx context.Context, p int) ([][]float32, error) {
 		g.Go(func() error {
 			var out [][]byte
 			for h := range H {
-				out = append(out, o.in(o.hosts[h][l], p))
+				out = append(out, o.in(o.layout[h][l], p))
 			}
 			return o.c.Send(gctx, r, collective.Slot(ownerPieceSteps*p, 0), out...)
 		})
@@ -282,7 +276,7 @@ func (o *toOwners) hostSums(ctx context.Context, p int) ([][]float32, error) {
 	sums := make([][]float32, H) // the caller's to putF32
 	off := 0
 	for h := range H {
-		r := o.hosts[h][o.local]
+		r := o.layout[h][o.local]
 		lo, hi := o.span(r, p)
 		sums[h] = getF32(hi - lo)
 		for l := range mine {

@@ -14,7 +14,7 @@ import (
 // contract, with the error of one quantization of each contribution that
 // crosses a host (toOwners). The sum is in float32, in an order fixed by
 // the layout, and is rounded to the dtype once. Out[0] may be In[me].
-func ReduceScatter(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, hosts [][]int, avg int) error {
+func ReduceScatter(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, layout [][]int, avg int) error {
 	n := c.Size()
 	if len(a.In) != n || len(a.Out) != 1 {
 		return fmt.Errorf("lossy: reduce_scatter: want %d inputs and 1 output", n)
@@ -24,7 +24,7 @@ func ReduceScatter(ctx context.Context, c collective.VarConn, a collective.Args,
 			return fmt.Errorf("lossy: reduce_scatter: In[%d] has %d bytes, Out[0] %d", j, len(in), len(a.Out[0]))
 		}
 	}
-	o, err := newToOwners(c, a.Pool, a.DType, mode, a.In, hosts)
+	o, err := newToOwners(c, a.Pool, a.DType, mode, a.In, layout)
 	if err != nil {
 		return fmt.Errorf("lossy: reduce_scatter: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/internal/bufs"
 )
 
@@ -41,22 +42,7 @@ type Hosts [][]int
 // ranks (at least two), every rank once, and the phases' message steps
 // within a Slot. Hosts of unequal size run the flat algorithms.
 func (h Hosts) Hierarchical(n int) bool {
-	if len(h) < 2 || len(h[0]) < 2 || len(h)*len(h[0]) != n {
-		return false
-	}
-	seen := make([]bool, n)
-	for _, host := range h {
-		if len(host) != len(h[0]) {
-			return false
-		}
-		for _, r := range host {
-			if r < 0 || r >= n || seen[r] {
-				return false
-			}
-			seen[r] = true
-		}
-	}
-	return h.phases()*h.stride() < maxSteps
+	return hosts.Equal(h, n) && h.phases()*h.stride() < maxSteps
 }
 
 // stride is the steps one phase may use: its algorithm runs on at most
@@ -68,34 +54,10 @@ func (h Hosts) stride() int { return max(len(h), len(h[0])) + 2 }
 func (h Hosts) phases() int { return hierPieces * max(len(h)+1, 3) }
 
 // where finds group rank me: its host and local index.
-func (h Hosts) where(me int) (host, local int) {
-	for i, ranks := range h {
-		for l, r := range ranks {
-			if r == me {
-				return i, l
-			}
-		}
-	}
-	return -1, -1
-}
+func (h Hosts) where(me int) (host, local int) { return hosts.Where(h, me) }
 
 // rail is the ranks of local index l on every host, in host order.
-func (h Hosts) rail(l int) []int {
-	out := make([]int, len(h))
-	for i, ranks := range h {
-		out[i] = ranks[l]
-	}
-	return out
-}
-
-// pick returns bs[i] for every group rank i of ranks.
-func pick(bs [][]byte, ranks []int) [][]byte {
-	out := make([][]byte, len(ranks))
-	for i, r := range ranks {
-		out[i] = bs[r]
-	}
-	return out
-}
+func (h Hosts) rail(l int) []int { return hosts.Rail(h, l) }
 
 // phaseConn is one phase's view of the group's connection: the ranks
 // ranks (this rank among them, at index me), its slots' steps moved up by
@@ -312,7 +274,7 @@ func HierReduceScatter(ctx context.Context, c collective.VarConn, a Args, h Host
 				if err != nil {
 					return err
 				}
-				return r.reduceScatter(ctx, a.Op, pick(in, h[dst]), ps[dst], rsHooks{})
+				return r.reduceScatter(ctx, a.Op, bufs.Pick(in, h[dst]), ps[dst], rsHooks{})
 			})
 		},
 		func(ctx context.Context, k int) error {
@@ -356,7 +318,7 @@ func HierAllGather(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 			if err != nil {
 				return err
 			}
-			return gather(ctx, r, piece(pick(a.Out, h.rail(x.local)), n, k, x.es))
+			return gather(ctx, r, piece(bufs.Pick(a.Out, h.rail(x.local)), n, k, x.es))
 		},
 		func(ctx context.Context, k int) error {
 			return each(ctx, H, func(ctx context.Context, src int) error {
@@ -364,7 +326,7 @@ func HierAllGather(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 				if err != nil {
 					return err
 				}
-				return gather(ctx, r, piece(pick(a.Out, h[src]), n, k, x.es))
+				return gather(ctx, r, piece(bufs.Pick(a.Out, h[src]), n, k, x.es))
 			})
 		})
 }

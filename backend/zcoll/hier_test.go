@@ -12,6 +12,7 @@ import (
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/conntest"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
@@ -38,7 +39,7 @@ func hierPlans() []namedPlan {
 func hierRef(dt dtype.DType, op reduce.Op, h Hosts, xs [][]byte) []byte {
 	parts := make([][]byte, len(h))
 	for i, host := range h {
-		parts[i] = refReduce(dt, op, pick(xs, host))
+		parts[i] = refReduce(dt, op, bufs.Pick(xs, host))
 	}
 	return refReduce(dt, op, parts)
 }

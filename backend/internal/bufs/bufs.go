@@ -103,3 +103,12 @@ func Float32Bytes(s []float32) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
 }
+
+// Pick returns bs[r] for every index r of rs.
+func Pick(bs [][]byte, rs []int) [][]byte {
+	out := make([][]byte, len(rs))
+	for i, r := range rs {
+		out[i] = bs[r]
+	}
+	return out
+}
