@@ -24,6 +24,7 @@
 
 #include "../../cuda/zc_format.h"
 #include "../../cuda/zipccl_cuda.h"
+#include "devbuf.h"
 #include "emu.h"
 #include "golden.h"
 #include "test_quant.h"
@@ -48,28 +49,9 @@ void check(bool ok, const std::string& what) {
   }
 }
 
-// A buffer of "device memory" (host memory in the emulator) holding n bytes
-// (plus one) at an offset `mis` past a 256-byte aligned address, so that
-// misaligned accesses are exercised; with -fsanitize=address an access past
-// the end is reported.
-struct DevBuf {
-  uint8_t* base = nullptr;
-  uint8_t* p = nullptr;
-  size_t n = 0;
-  DevBuf(size_t bytes, size_t mis = 0, uint8_t fill = 0xEE) {
-    n = bytes;
-    void* q = nullptr;
-    if (posix_memalign(&q, 256, bytes + mis + 1) != 0) {
-      fprintf(stderr, "out of memory\n");
-      exit(2);
-    }
-    base = (uint8_t*)q;
-    memset(base, fill, bytes + mis + 1);
-    p = base + mis;
-  }
-  ~DevBuf() { free(base); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
+// Device memory (devbuf.h), filled with 0xEE unless a test says otherwise.
+struct Buf : DevBuf {
+  explicit Buf(size_t bytes, size_t mis = 0, uint8_t fill = 0xEE) : DevBuf(bytes, mis, fill) {}
 };
 
 std::string where(const Bytes& frame, size_t off, int dtype) {
@@ -155,15 +137,15 @@ CodecCase load_codec(const std::map<std::string, Bytes>& g, const std::string& n
 void test_encode(const CodecCase& c, size_t mis, const char* tag) {
   const int n = (int)c.counts.size();
   const int size = zc::fmt_of(c.dtype).size;
-  DevBuf src(c.input.size(), mis);
+  Buf src(c.input.size(), mis);
   put(src.p, c.input);
   // frames, in the chunk-per-destination slot layout
   std::vector<int64_t> off(n + 1);
   check(zccl_frame_slots(c.dtype, c.counts.data(), n, off.data()) == ZCCL_OK, c.name + ": frame slots");
-  DevBuf out((size_t)off[n] + 1, 0, 0xCD);
+  Buf out((size_t)off[n] + 1, 0, 0xCD);
   std::vector<int64_t> lens(n + 1, -7);
   int64_t wsn = zccl_encode_workspace_size(c.dtype, c.counts.data(), n);
-  DevBuf ws((size_t)wsn, 0, 0x77);
+  Buf ws((size_t)wsn, 0, 0x77);
   zccl_status st = zccl_encode_frames(g_ctx, c.dtype, src.p, c.counts.data(), n, out.p, off.data(), lens.data(), ws.p,
                                       wsn, nullptr, ZCCL_FLAG_SYNC);
   check(st == ZCCL_OK, c.name + tag + ": encode_frames status " + zccl_status_string(st) + " " + zccl_last_error());
@@ -178,7 +160,7 @@ void test_encode(const CodecCase& c, size_t mis, const char* tag) {
     soff[k + 1] = soff[k] + zccl_zip3_static_len(c.dtype, c.counts[k]);
     doff[k + 1] = doff[k] + zccl_zip3_max_dynamic_len(c.dtype, c.counts[k]);
   }
-  DevBuf sbuf((size_t)soff[n] + 1, 0, 0xCD), dbuf((size_t)doff[n] + 1, 0, 0xCD);
+  Buf sbuf((size_t)soff[n] + 1, 0, 0xCD), dbuf((size_t)doff[n] + 1, 0, 0xCD);
   std::vector<int64_t> dl(n + 1, -7);
   st = zccl_encode_split(g_ctx, c.dtype, src.p, c.counts.data(), n, sbuf.p, soff.data(), dbuf.p, doff.data(), dl.data(),
                          ws.p, wsn, nullptr, ZCCL_FLAG_SYNC);
@@ -203,11 +185,11 @@ void test_decode(const CodecCase& c, size_t in_mis, size_t out_mis, const char* 
     cap[k] = (int64_t)c.frames[k].size();
     total = off[k] + cap[k];
   }
-  DevBuf in((size_t)total + 1);
+  Buf in((size_t)total + 1);
   for (int k = 0; k < n; k++) put(in.p + off[k], c.frames[k]);
-  DevBuf dst(c.input.size(), out_mis, 0xCD);
+  Buf dst(c.input.size(), out_mis, 0xCD);
   int64_t wsn = zccl_decode_workspace_size(c.dtype, c.counts.data(), n);
-  DevBuf ws((size_t)wsn, 0, 0x77);
+  Buf ws((size_t)wsn, 0, 0x77);
   char msg[256] = "";
   zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, off.data(), cap.data(), c.counts.data(), n, dst.p, ws.p, wsn,
                                       nullptr, 0);
@@ -225,12 +207,12 @@ void test_decode(const CodecCase& c, size_t in_mis, size_t out_mis, const char* 
     dlen[k] = (int64_t)c.dynamics[k].size();
     dtot += dlen[k];
   }
-  DevBuf sb((size_t)stot + 1), db((size_t)dtot + 1);
+  Buf sb((size_t)stot + 1), db((size_t)dtot + 1);
   for (int k = 0; k < n; k++) {
     put(sb.p + soff[k], c.statics[k]);
     put(db.p + doff[k], c.dynamics[k]);
   }
-  DevBuf dst2(c.input.size(), out_mis, 0xCD);
+  Buf dst2(c.input.size(), out_mis, 0xCD);
   st = zccl_decode_split(g_ctx, c.dtype, ZCCL_KIND_ZIP3, sb.p, soff.data(), db.p, doff.data(), dlen.data(),
                          c.counts.data(), n, dst2.p, ws.p, wsn, nullptr, ZCCL_FLAG_SYNC);
   check(st == ZCCL_OK, c.name + tag + ": decode_split status " + zccl_status_string(st) + " " + zccl_last_error());
@@ -256,30 +238,30 @@ void test_reduce(const std::map<std::string, Bytes>& g, const std::string& name)
           name + ": regenerated source " + std::to_string(r));
   }
   int64_t wsn = zccl_reduce_workspace_size(dtype, n, nsrc);
-  DevBuf ws((size_t)wsn, 0, 0x77);
+  Buf ws((size_t)wsn, 0, 0x77);
   // variant 0: every source a frame; 1: split parts; 2: source (nsrc-1)/2
   // plain; 3 and 4: 2 and 0 with every buffer 16-byte aligned (the direct
   // path of full blocks: the others have misaligned sources or output)
   for (int variant = 0; variant < 5; variant++) {
     const bool aligned = variant >= 3;
-    std::vector<DevBuf*> bufs;
+    std::vector<Buf*> bufs;
     std::vector<zccl_source> srcs(nsrc);
     for (int r = 0; r < nsrc; r++) {
       const Bytes& f = frames[r];
       if (variant == 0 || variant == 4) {
-        DevBuf* b = new DevBuf(f.size(), aligned ? 0 : (size_t)r * 4 % 16);
+        Buf* b = new Buf(f.size(), aligned ? 0 : (size_t)r * 4 % 16);
         memcpy(b->p, f.data(), f.size());
         bufs.push_back(b);
         srcs[r] = zccl_source{ZCCL_SRC_FRAME, b->p, nullptr, (int64_t)f.size()};
       } else if ((variant == 2 || variant == 3) && r == (nsrc - 1) / 2) {
-        DevBuf* b = new DevBuf(inputs[r].size(), aligned ? 0 : (size_t)size);
+        Buf* b = new Buf(inputs[r].size(), aligned ? 0 : (size_t)size);
         memcpy(b->p, inputs[r].data(), inputs[r].size());
         bufs.push_back(b);
         srcs[r] = zccl_source{ZCCL_SRC_PLAIN, b->p, nullptr, 0};
       } else {
         int kind = f[5];
         int64_t sl = zc::plan_of(zc::fmt_of(dtype), kind, n).static_len;
-        DevBuf* b = new DevBuf(f.size() - 32);
+        Buf* b = new Buf(f.size() - 32);
         memcpy(b->p, f.data() + 32, f.size() - 32);
         bufs.push_back(b);
         if (kind == zc::KIND_ZIP3) {
@@ -289,7 +271,7 @@ void test_reduce(const std::map<std::string, Bytes>& g, const std::string& name)
         }
       }
     }
-    DevBuf dst(want_out.size(), variant == 1 ? (size_t)size : 0, 0xCD);
+    Buf dst(want_out.size(), variant == 1 ? (size_t)size : 0, 0xCD);
     char msg[256] = "";
     zccl_status st = zccl_decode_reduce(g_ctx, dtype, op, srcs.data(), nsrc, n, dst.p, ws.p, wsn, nullptr, 0);
     zccl_status ks = zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg);
@@ -298,7 +280,7 @@ void test_reduce(const std::map<std::string, Bytes>& g, const std::string& name)
     check(st == ZCCL_OK && ks == ZCCL_OK, name + " (" + vn[variant] + "): status " + zccl_status_string(st) + " " + msg);
     std::string what = name + " (" + vn[variant] + "): decode+reduce output identical to Go's fold";
     check(same_bytes(dst.p, want_out.size(), want_out, what, dtype, false), what);
-    for (DevBuf* b : bufs) delete b;
+    for (Buf* b : bufs) delete b;
   }
 }
 
@@ -331,14 +313,14 @@ void test_flips(const std::map<std::string, Bytes>& g, std::map<std::string, Cod
     Bytes bad = c.frames[k];
     size_t pos = std::stoull(m["byte"]);
     bad[pos] ^= (uint8_t)(1u << std::stoi(m["bit"]));
-    DevBuf in(bad.size());
+    Buf in(bad.size());
     memcpy(in.p, bad.data(), bad.size());
     int64_t off = 0, cap = (int64_t)bad.size();
     int64_t cnt = c.counts[k];
     int size = zc::fmt_of(c.dtype).size;
-    DevBuf dst((size_t)cnt * size + 1);
+    Buf dst((size_t)cnt * size + 1);
     int64_t wsn = zccl_decode_workspace_size(c.dtype, &cnt, 1);
-    DevBuf ws((size_t)wsn);
+    Buf ws((size_t)wsn);
     char msg[256] = "";
     zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, &off, &cap, &cnt, 1, dst.p, ws.p, wsn, nullptr, 0);
     zccl_status ks = st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
@@ -355,12 +337,12 @@ void test_flips(const std::map<std::string, Bytes>& g, std::map<std::string, Cod
 // bytes (4: the tiled path, and a misaligned index); returns the verdict
 // and the workspace's message in msg.
 zccl_status decode_corrupted(const CodecCase& c, const Bytes& bad, size_t mis, char (&msg)[256]) {
-  DevBuf in(bad.size(), mis);
+  Buf in(bad.size(), mis);
   memcpy(in.p, bad.data(), bad.size());
   int64_t off = 0, cap = (int64_t)bad.size(), cnt = c.counts[0];
-  DevBuf dst((size_t)cnt * zc::fmt_of(c.dtype).size + 1);
+  Buf dst((size_t)cnt * zc::fmt_of(c.dtype).size + 1);
   int64_t wsn = zccl_decode_workspace_size(c.dtype, &cnt, 1);
-  DevBuf ws((size_t)wsn);
+  Buf ws((size_t)wsn);
   msg[0] = 0;
   zccl_status st = zccl_decode_frames(g_ctx, c.dtype, in.p, &off, &cap, &cnt, 1, dst.p, ws.p, wsn, nullptr, 0);
   return st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
@@ -470,17 +452,17 @@ void test_reduce_corrupt(const std::map<std::string, Bytes>& g) {
   bads.push_back({"all-escape group", b3, ZCCL_ERR_CORRUPT, "escape"});
   for (const Bad& bad : bads) {
     for (bool aligned : {true, false}) {
-      std::vector<DevBuf*> bufs;
+      std::vector<Buf*> bufs;
       std::vector<zccl_source> srcs(nsrc);
       for (int r = 0; r < nsrc; r++) {
         const Bytes& fr = r == bad_src ? bad.bytes : g.at(name + "/frame/" + std::to_string(r));
-        DevBuf* b = new DevBuf(fr.size(), aligned ? 0 : 4);
+        Buf* b = new Buf(fr.size(), aligned ? 0 : 4);
         memcpy(b->p, fr.data(), fr.size());
         bufs.push_back(b);
         srcs[r] = zccl_source{ZCCL_SRC_FRAME, b->p, nullptr, (int64_t)fr.size()};
       }
       int64_t wsn = zccl_reduce_workspace_size(dtype, n, nsrc);
-      DevBuf ws((size_t)wsn), dst((size_t)n * f.size);
+      Buf ws((size_t)wsn), dst((size_t)n * f.size);
       char msg[256] = "";
       zccl_status st = zccl_decode_reduce(g_ctx, dtype, 0, srcs.data(), nsrc, n, dst.p, ws.p, wsn, nullptr, 0);
       zccl_status ks = st == ZCCL_OK ? zccl_workspace_status(g_ctx, ws.p, nullptr, msg, sizeof msg) : st;
@@ -488,7 +470,7 @@ void test_reduce_corrupt(const std::map<std::string, Bytes>& g) {
       check(ks == bad.want && strstr(msg, bad.detail) != nullptr && strstr(msg, who.c_str()) != nullptr,
             name + ": " + bad.what + " in source 1" + (aligned ? "" : " (tiled path)") + " reported as " +
                 class_of(bad.want) + " of " + who + ", got " + class_of(ks) + " (" + msg + ")");
-      for (DevBuf* b : bufs) delete b;
+      for (Buf* b : bufs) delete b;
     }
   }
 }
@@ -499,7 +481,7 @@ void test_api() {
   check(zccl_zip3_static_len(3, 16384) == 128 + 22528, "api: static length of a full bf16 block");
   check(zccl_zip3_static_len(99, 10) == -1, "api: invalid dtype has no size");
   check(zccl_max_frame_len(3, 0) == 32, "api: empty frame is a header");
-  DevBuf ws(4096);
+  Buf ws(4096);
   check(zccl_encode_frames(g_ctx, 7, nullptr, &cnt, 1, nullptr, nullptr, nullptr, ws.p, 4096, nullptr, 0) ==
             ZCCL_ERR_UNSUPPORTED,
         "api: int32 is not coded on the GPU");
@@ -509,7 +491,7 @@ void test_api() {
   check(zccl_decode_reduce(g_ctx, 3, 3 /*MIN*/, nullptr, 1, 10, nullptr, ws.p, 4096, nullptr, 0) == ZCCL_ERR_UNSUPPORTED,
         "api: MIN is not fused");
   int64_t need = zccl_encode_workspace_size(3, &cnt, 1);
-  DevBuf src(200), out(4096);
+  Buf src(200), out(4096);
   int64_t off = 0, len = 0;
   check(zccl_encode_frames(g_ctx, 3, src.p, &cnt, 1, out.p, &off, &len, ws.p, need - 1, nullptr, 0) == ZCCL_ERR_NOMEM,
         "api: small workspace rejected");
@@ -518,21 +500,21 @@ void test_api() {
   (void)t0;
   uint32_t table[256];
   for (int i = 0; i < 256; i++) table[i] = zc::crc_byte_slow((uint32_t)i);
-  DevBuf fr(64);
+  Buf fr(64);
   zc::make_header(fr.p, table, zc::KIND_HUFF, 3, 100, 0);
   fr.p[7] = 16;
   zc::put_u32(fr.p + 28, ~zc::crc_update_bytes(table, 0xFFFFFFFFu, fr.p, 28));
   int64_t cap = 64;
-  DevBuf dst(2 * 101);
+  Buf dst(2 * 101);
   int64_t wsn = zccl_decode_workspace_size(3, &cnt, 1);
-  DevBuf ws2((size_t)wsn);
+  Buf ws2((size_t)wsn);
   check(zccl_decode_frames(g_ctx, 3, fr.p, &off, &cap, &cnt, 1, dst.p, ws2.p, wsn, nullptr, ZCCL_FLAG_SYNC) ==
             ZCCL_ERR_UNSUPPORTED,
         "api: huff frames are reported unsupported by the decoder");
   // wrong element count
   int64_t other = 101;
   wsn = zccl_decode_workspace_size(3, &other, 1);
-  DevBuf ws3((size_t)wsn);
+  Buf ws3((size_t)wsn);
   zc::make_header(fr.p, table, zc::KIND_ZIP3, 3, 100, 0);
   check(zccl_decode_frames(g_ctx, 3, fr.p, &off, &cap, &other, 1, dst.p, ws3.p, wsn, nullptr, ZCCL_FLAG_SYNC) ==
             ZCCL_ERR_SIZE,

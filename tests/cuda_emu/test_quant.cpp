@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../../cuda/zc_quant.h"
+#include "devbuf.h"
 #include "golden.h"
 
 namespace {
@@ -27,30 +28,9 @@ namespace {
 using golden::Bytes;
 using Check = std::function<void(bool, const std::string&)>;
 
-// "Device memory" of n bytes at `mis` past a 256-byte aligned address,
-// followed by a guard byte that no call may write.
-struct Buf {
-  uint8_t* base = nullptr;
-  uint8_t* p = nullptr;
-  size_t n = 0;
-  Buf(size_t bytes, size_t mis = 0, uint8_t fill = 0xCD) {
-    n = bytes;
-    void* q = nullptr;
-    if (posix_memalign(&q, 256, bytes + mis + 1) != 0) {
-      fprintf(stderr, "out of memory\n");
-      exit(2);
-    }
-    base = (uint8_t*)q;
-    memset(base, fill, bytes + mis + 1);
-    p = base + mis;
-  }
-  ~Buf() { free(base); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  void put(const Bytes& b) {
-    if (!b.empty()) memcpy(p, b.data(), b.size());
-  }
-  bool guard_ok(uint8_t fill = 0xCD) const { return p[n] == fill; }
+// Device memory (devbuf.h), filled with 0xCD unless a test says otherwise.
+struct Buf : DevBuf {
+  explicit Buf(size_t bytes, size_t mis = 0, uint8_t fill = 0xCD) : DevBuf(bytes, mis, fill) {}
 };
 
 using Golden = std::map<std::string, Bytes>;
@@ -178,7 +158,7 @@ struct Runner {
     const int64_t el = *exact_len >= 0 && *exact_len <= exact_cap ? *exact_len : 0;
     out->exact.assign(ex, ex + el);
     // nothing written past the main part or the exact part's length
-    bool ok = main.guard_ok() && exact.guard_ok();
+    bool ok = main.guard_ok(0xCD) && exact.guard_ok(0xCD);
     for (int64_t i = ml + el; contiguous && i < ml + exact_cap; i++) ok = ok && main.p[i] == 0xCD;
     for (int64_t i = el; !contiguous && i < exact_cap; i++) ok = ok && exact.p[i] == 0xCD;
     *guards = ok;
@@ -208,7 +188,7 @@ struct Runner {
                                  (float*)dst.p, first ? 1 : 0, ws.p, wsn, nullptr, ZCCL_FLAG_SYNC);
     }
     out->assign(dst.p, dst.p + dst.n);
-    *guard = dst.guard_ok() && main.guard_ok() && exact.guard_ok();
+    *guard = dst.guard_ok(0xCD) && main.guard_ok(0xCD) && exact.guard_ok(0xCD);
     return st;
   }
 
