@@ -7,34 +7,39 @@ import (
 	"github.com/zipccl/zipccl/backend/dtype"
 )
 
-func benchInput(numel int) []byte {
+// The benchmarks code 1<<22 bfloat16 values N(0, 0.02^2) in the
+// collectives' blocks (lossy.BlockOf: int8 2048, int4 256); bytes are the
+// bfloat16 input's.
+const benchNumel = 1 << 22
+
+// benchCoded is the benchmarks' input and, coded with mode, its main part.
+func benchCoded(b *testing.B, mode Mode, block int) (src, main []byte) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	xs := make([]float32, numel)
+	xs := make([]float32, benchNumel)
 	for i := range xs {
 		xs[i] = float32(rng.NormFloat64() * 0.02)
 	}
-	return put(dtype.BFloat16, xs)
+	src = put(dtype.BFloat16, xs)
+	main = make([]byte, MainLen(mode, benchNumel, block))
+	if _, err := Encode(main, nil, src, dtype.BFloat16, mode, block); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(src)))
+	return src, main
 }
 
-func BenchmarkEncodeBF16(b *testing.B) {
-	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int8, 1<<22, 2048))
-	b.SetBytes(int64(len(src)))
+func benchEncode(b *testing.B, mode Mode, block int) {
+	src, main := benchCoded(b, mode, block)
 	for b.Loop() {
-		if _, err := Encode(main, nil, src, dtype.BFloat16, Int8, 2048); err != nil {
+		if _, err := Encode(main, nil, src, dtype.BFloat16, mode, block); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-func BenchmarkDecodeBF16(b *testing.B) {
-	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int8, 1<<22, 2048))
-	if _, err := Encode(main, nil, src, dtype.BFloat16, Int8, 2048); err != nil {
-		b.Fatal(err)
-	}
+func benchDecode(b *testing.B, mode Mode, block int) {
+	src, main := benchCoded(b, mode, block)
 	dst := make([]byte, len(src))
-	b.SetBytes(int64(len(src)))
 	for b.Loop() {
 		if err := Decode(dst, main, nil, dtype.BFloat16); err != nil {
 			b.Fatal(err)
@@ -42,45 +47,17 @@ func BenchmarkDecodeBF16(b *testing.B) {
 	}
 }
 
-// The int4 benchmarks use the collectives' int4 block, 256 (lossy.BlockOf).
-func BenchmarkEncodeInt4BF16(b *testing.B) {
-	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int4, 1<<22, 256))
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 256); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkEncodeBF16(b *testing.B)     { benchEncode(b, Int8, 2048) }
+func BenchmarkDecodeBF16(b *testing.B)     { benchDecode(b, Int8, 2048) }
+func BenchmarkEncodeInt4BF16(b *testing.B) { benchEncode(b, Int4, 256) }
+func BenchmarkDecodeInt4BF16(b *testing.B) { benchDecode(b, Int4, 256) }
 
-// BenchmarkAccumulateInt4 adds one int4 message of 1<<22 bfloat16 values
-// into float32 accumulators (bytes: the bfloat16 elements').
+// BenchmarkAccumulateInt4 adds one int4 message into float32 accumulators.
 func BenchmarkAccumulateInt4(b *testing.B) {
-	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int4, 1<<22, 256))
-	if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 256); err != nil {
-		b.Fatal(err)
-	}
-	acc := make([]float32, 1<<22)
-	b.SetBytes(int64(len(src)))
+	_, main := benchCoded(b, Int4, 256)
+	acc := make([]float32, benchNumel)
 	for b.Loop() {
 		if err := Accumulate(acc, main, nil, false); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkDecodeInt4BF16(b *testing.B) {
-	src := benchInput(1 << 22)
-	main := make([]byte, MainLen(Int4, 1<<22, 256))
-	if _, err := Encode(main, nil, src, dtype.BFloat16, Int4, 256); err != nil {
-		b.Fatal(err)
-	}
-	dst := make([]byte, len(src))
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		if err := Decode(dst, main, nil, dtype.BFloat16); err != nil {
 			b.Fatal(err)
 		}
 	}
