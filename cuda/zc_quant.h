@@ -36,14 +36,15 @@ namespace zc {
 
 constexpr int kQHeaderLen = 24;
 constexpr uint32_t kQExact = 0xFFFFFFFFu;  // the scale of an exact block
-// float32(math.MaxFloat32 / 127), the largest scale quant's decoder accepts
-// (for int4 too): a finite block's scale bits are 0..kQMaxScale.
-constexpr uint32_t kQMaxScale = 0x7C010204u;
 constexpr int kQMinLog = 5, kQMaxLog = 16;  // block sizes 32..65536
 constexpr int kQRun = 8;                    // elements per lane and step
 constexpr int kQStep = 32 * kQRun;          // elements per warp and step
 constexpr int kQTileGroups = kThreads;      // groups of 32 blocks per scan tile
 enum : int { QMODE_INT8 = 1, QMODE_INT4 = 2 };
+// float32(math.MaxFloat32 / Q), the largest scale quant's decoder accepts
+// (Q = 127 for int8, 7 for int4): a finite block's scale bits are
+// 0..q_max_scale(mode).
+ZC_HD constexpr uint32_t q_max_scale(int mode) { return mode == QMODE_INT4 ? 0x7E124924u : 0x7C010204u; }
 // The kernels (QuantParams::op).
 enum : int { QOP_ENCODE = 0, QOP_SCAN_ENC = 1, QOP_COPY = 2, QOP_SCAN_DEC = 3, QOP_DECODE = 4, QOP_ACCUM = 5 };
 constexpr int kQOps = 6;
@@ -581,7 +582,7 @@ ZC_HD inline void quant_scan_cta(const QuantParams& P) {
       const int64_t blk = (g0 + k) * 32 + ln;
       const uint32_t bits = blk < nb ? ld32g(scales + 4 * blk) : 0u;
       const bool ex = blk < nb && bits == kQExact;
-      if (dec && !ex && bits > kQMaxScale) report_error(P.status, E_CORRUPT, 0, blk, D_Q_SCALE);
+      if (dec && !ex && bits > q_max_scale(h.mode)) report_error(P.status, E_CORRUPT, 0, blk, D_Q_SCALE);
       const uint32_t cnt = popc(ballot(ex));
       if (ln == (unsigned)k) mine = cnt;
     }
@@ -642,7 +643,7 @@ ZC_UNROLL
       }
       continue;
     }
-    if (sbits > kQMaxScale) continue;  // reported by the scan
+    if (sbits > q_max_scale(MODE)) continue;  // reported by the scan
     const float scale = as_float(sbits);
     const uint8_t* bc = codes + q_codes_len(MODE, lo);
     for (int s = 0; s < steps; s++) {
@@ -706,7 +707,7 @@ ZC_UNROLL
       }
       continue;
     }
-    if (sbits > kQMaxScale) continue;  // reported by the scan
+    if (sbits > q_max_scale(MODE)) continue;  // reported by the scan
     const float scale = as_float(sbits);
     const uint8_t* bc = codes + q_codes_len(MODE, lo);
     for (int s = 0; s < steps; s++) {

@@ -16,6 +16,7 @@ import (
 type block struct {
 	lo, hi int
 	scale  float32
+	alpha  float32 // fp8
 	codes  []byte
 	raw    []byte
 }
@@ -29,15 +30,16 @@ func walk(main, exact []byte, f func(b block) bool) (Header, error) {
 	}
 	es := h.DType.Size()
 	nb := Blocks(h.Numel, h.Block)
-	scales := main[HeaderLen : HeaderLen+4*nb]
-	codes := main[HeaderLen+4*nb:]
+	sl := h.Mode.scaleLen()
+	scales := main[HeaderLen : HeaderLen+sl*nb]
+	codes := main[HeaderLen+sl*nb:]
 	if h.Mode == Int4 && h.Numel%2 == 1 && codes[len(codes)-1]&15 != 0 {
 		return h, corrupt("int4 padding nibble %#x", codes[len(codes)-1]&15)
 	}
 	seen := 0
 	for b := range nb {
 		k := block{lo: b * h.Block, hi: min(h.Numel, (b+1)*h.Block)}
-		bits := binary.LittleEndian.Uint32(scales[4*b:])
+		bits := binary.LittleEndian.Uint32(scales[sl*b:])
 		if bits == exactScale {
 			n := (k.hi - k.lo) * es
 			if len(exact) < n {
@@ -47,12 +49,18 @@ func walk(main, exact []byte, f func(b block) bool) (Header, error) {
 			seen++
 		} else {
 			k.scale = math.Float32frombits(bits)
-			if !(k.scale >= 0 && k.scale <= math.MaxFloat32/127) || math.Signbit(float64(k.scale)) {
+			if !(k.scale >= 0 && k.scale <= math.MaxFloat32/h.Mode.qmax()) || math.Signbit(float64(k.scale)) {
 				return h, corrupt("block %d: scale %v", b, k.scale)
 			}
-			k.codes = codes[h.Mode.CodesLen(k.lo):h.Mode.CodesLen(k.hi)]
+			k.codes = codes[h.Mode.CodesLen(k.lo, h.Block):h.Mode.CodesLen(k.hi, h.Block)]
+			if h.Mode == FP8 {
+				k.alpha = math.Float32frombits(binary.LittleEndian.Uint32(scales[sl*b+4:]))
+				if !(k.alpha >= 0 && k.alpha <= math.MaxFloat32) || math.Signbit(float64(k.alpha)) {
+					return h, corrupt("block %d: alpha %v", b, k.alpha)
+				}
+			}
 			if !validCodes(h.Mode, k.codes) {
-				return h, corrupt("block %d: code -%v", b, h.Mode.qmax()+1)
+				return h, corrupt("block %d: %s", b, h.Mode.badCode())
 			}
 		}
 		if !f(k) {
@@ -65,11 +73,14 @@ func walk(main, exact []byte, f func(b block) bool) (Header, error) {
 	return h, nil
 }
 
-// validCodes reports that no code is -128 (int8) or -8 (int4): neither is
-// ever coded, so one means a corrupt message.
+// validCodes reports that no code is -128 (int8), -8 (int4) or an E4M3 NaN
+// (fp8): none is ever coded, so one means a corrupt message.
 func validCodes(m Mode, codes []byte) bool {
-	if m == Int8 {
+	switch m {
+	case Int8:
 		return bytes.IndexByte(codes, 0x80) < 0
+	case FP8:
+		return bytes.IndexByte(codes, 0x7F) < 0 && bytes.IndexByte(codes, 0xFF) < 0
 	}
 	// a nibble of 8 is a zero nibble of c ^ 0x88...: found eight at a time
 	// by the borrow trick, exact for "is there one"
@@ -89,6 +100,17 @@ func validCodes(m Mode, codes []byte) bool {
 	return true
 }
 
+// badCode names the code validCodes refuses.
+func (m Mode) badCode() string {
+	switch m {
+	case FP8:
+		return "E4M3 NaN code"
+	case Int4:
+		return "code -8"
+	}
+	return "code -128"
+}
+
 // Decode decodes a message (main and exact parts) into dst, len(dst) bytes
 // of dt: the message's own dtype, or a narrower one when the message codes
 // float32 (then x' is rounded to dt once, as a float32 decode then a cast
@@ -103,7 +125,12 @@ func Decode(dst, main, exact []byte, dt dtype.DType) error {
 		return corrupt("message of %d %v elements, want %d bytes of %v", h.Numel, h.DType, len(dst), dt)
 	}
 	var tab [256]uint32
-	var wide []float32 // float32 exact blocks narrowed to dt
+	var wide []float32 // float32 exact blocks narrowed to dt; fp8 values
+	var f *fp8Scratch
+	if h.Mode == FP8 {
+		f = newFP8Scratch(h.Block)
+		wide = make([]float32, h.Block)
+	}
 	_, err = walk(main, exact, func(b block) bool {
 		out := dst[b.lo*es : b.hi*es]
 		if b.raw != nil {
@@ -113,6 +140,12 @@ func Decode(dst, main, exact []byte, dt dtype.DType) error {
 			}
 			wide = append(wide[:0], bufs.Float32s(b.raw)...)
 			reduce.Narrow(dt, out, wide)
+			return true
+		}
+		if f != nil {
+			w := wide[:b.hi-b.lo]
+			f.decode(w, b.codes, b.scale)
+			narrow(dt, out, w)
 			return true
 		}
 		codeTable(h.Mode, dt, b.scale, &tab)
@@ -136,12 +169,20 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 	}
 	var tab [256]float32
 	var wide []float32
+	var f *fp8Scratch
+	if h.Mode == FP8 {
+		f = newFP8Scratch(h.Block)
+	}
 	_, err = walk(main, exact, func(b block) bool {
 		a := acc[b.lo:b.hi]
-		if b.raw != nil {
-			if h.DType == dtype.Float32 {
+		if b.raw != nil || f != nil { // exact blocks, and fp8's decoded ones
+			switch {
+			case b.raw == nil:
+				wide = append(wide[:0], make([]float32, len(a))...)
+				f.decode(wide, b.codes, b.scale)
+			case h.DType == dtype.Float32:
 				wide = append(wide[:0], bufs.Float32s(b.raw)...)
-			} else {
+			default:
 				wide = append(wide[:0], make([]float32, len(a))...)
 				reduce.Widen(h.DType, wide, b.raw)
 			}
@@ -159,7 +200,7 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 		if len(a) == 0 {
 			return true
 		}
-		codes := b.codes[h.Mode.CodesLen(done):] // done is even
+		codes := b.codes[h.Mode.CodesLen(done, h.Block):] // done is even
 		if h.Mode == Int8 {
 			for c := range 256 {
 				tab[c] = codeValue(Int8, byte(c)) * b.scale

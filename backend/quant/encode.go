@@ -20,7 +20,7 @@ func Encode(main []byte, exact []byte, src []byte, dt dtype.DType, mode Mode, bl
 	if !Supported(dt) {
 		return exact, fmt.Errorf("quant: %v cannot be coded lossily (float32, bfloat16 and float16 can)", dt)
 	}
-	if err := checkBlock(block); err != nil {
+	if err := CheckBlock(mode, block); err != nil {
 		return exact, err
 	}
 	es := dt.Size()
@@ -34,34 +34,47 @@ func Encode(main []byte, exact []byte, src []byte, dt dtype.DType, mode Mode, bl
 		return exact, fmt.Errorf("quant: main part needs %d bytes, got %d", n, len(main))
 	}
 	main = main[:n]
-	scales := main[HeaderLen : HeaderLen+4*nb]
-	codes := main[HeaderLen+4*nb:]
+	sl := mode.scaleLen()
+	scales := main[HeaderLen : HeaderLen+sl*nb]
+	codes := main[HeaderLen+sl*nb:]
+	var f *fp8Scratch
+	if mode == FP8 {
+		f = newFP8Scratch(block)
+	}
 	x := make([]float32, block)
 	qmax := mode.qmax()
 	nexact := 0
 	for b := range nb {
 		lo, hi := b*block, min(numel, (b+1)*block)
 		raw := src[lo*es : hi*es]
-		out := codes[mode.CodesLen(lo):mode.CodesLen(hi)] // lo is even: whole bytes
+		out := codes[mode.CodesLen(lo, block):mode.CodesLen(hi, block)] // lo is even: whole bytes
+		sc := scales[sl*b : sl*(b+1)]
 		absmax, finite := absMax(dt, raw)
+		if mode == FP8 && finite {
+			var s, alpha float32
+			s, alpha, finite = f.encode(dt, out, raw)
+			binary.LittleEndian.PutUint32(sc, math.Float32bits(s))
+			binary.LittleEndian.PutUint32(sc[4:], math.Float32bits(alpha))
+		}
 		switch {
-		case !finite || absmax != 0 && math.IsInf(float64(qmax/absmax), 1):
-			// NaN or infinity; or values so small (absmax < Q / MaxFloat32,
-			// about 3.7e-37 for int8) that inv would overflow: exact
-			binary.LittleEndian.PutUint32(scales[4*b:], exactScale)
+		case !finite || mode != FP8 && absmax != 0 && math.IsInf(float64(qmax/absmax), 1):
+			// NaN or infinity (or, fp8, a transform that overflows); or
+			// values so small that inv would overflow (int8: absmax <
+			// Q / MaxFloat32, about 3.7e-37; fp8: fp8Tiny): exact
+			clear(sc)
+			binary.LittleEndian.PutUint32(sc, exactScale)
 			clear(out)
 			exact = append(exact, raw...)
 			nexact++
-			continue
+		case mode == FP8:
 		case absmax == 0:
-			binary.LittleEndian.PutUint32(scales[4*b:], 0)
+			binary.LittleEndian.PutUint32(sc, 0)
 			clear(out)
-			continue
-		}
-		binary.LittleEndian.PutUint32(scales[4*b:], math.Float32bits(absmax/qmax))
-		if mode == Int8 {
+		case mode == Int8:
+			binary.LittleEndian.PutUint32(sc, math.Float32bits(absmax/qmax))
 			quantize(dt, out, raw, x, qmax/absmax)
-		} else {
+		default:
+			binary.LittleEndian.PutUint32(sc, math.Float32bits(absmax/qmax))
 			quantize4(dt, out, raw, x, qmax/absmax)
 		}
 	}
@@ -199,4 +212,13 @@ func widen(dt dtype.DType, d []float32, src []byte) {
 	for i := range d {
 		d[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 	}
+}
+
+// narrow sets dst's elements of dt to s's values rounded to dt.
+func narrow(dt dtype.DType, dst []byte, s []float32) {
+	if dt != dtype.Float32 {
+		reduce.Narrow(dt, dst, s)
+		return
+	}
+	copy(dst, bufs.Float32Bytes(s))
 }

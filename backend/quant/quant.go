@@ -1,10 +1,11 @@
 // Package quant is zipccl's opt-in lossy coding of float tensors for the
 // wire: blockwise symmetric integers, one fp32 scale per block, as int8
-// (ZeRO++'s qwZ weights) or int4 (its qgZ gradients). It is never used
-// unless the user asked for it (package lossy holds the policy and the
-// collectives).
+// (ZeRO++'s qwZ weights) or int4 (its qgZ gradients); and TACO's fp8, E4M3
+// codes of each block's Walsh-Hadamard transform (fp8.go), for tensor
+// parallelism's activations. It is never used unless the user asked for it
+// (package lossy holds the policy and the collectives).
 //
-// Each block of B elements is widened to float32 and coded with Q = 127
+// Each int8 or int4 block of B elements is widened to float32 and coded with Q = 127
 // (int8) or 7 (int4) as
 //
 //	absmax = max |x|          s = absmax / Q        inv = Q / absmax
@@ -40,6 +41,7 @@ const (
 	None Mode = 0 // lossless: not coded by this package
 	Int8 Mode = 1 // blockwise symmetric int8
 	Int4 Mode = 2 // blockwise symmetric int4, two codes per byte
+	FP8  Mode = 3 // TACO: E4M3 codes of each block's Hadamard transform
 )
 
 func (m Mode) String() string {
@@ -50,28 +52,47 @@ func (m Mode) String() string {
 		return "int8"
 	case Int4:
 		return "int4"
+	case FP8:
+		return "fp8"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
 // valid reports whether m is a coding of this package.
-func (m Mode) valid() bool { return m == Int8 || m == Int4 }
+func (m Mode) valid() bool { return m == Int8 || m == Int4 || m == FP8 }
 
-// qmax is the largest code, the one absmax maps to.
+// qmax is the largest code's value, the one absmax maps to.
 func (m Mode) qmax() float32 {
-	if m == Int4 {
+	switch m {
+	case Int4:
 		return 7
+	case FP8:
+		return fp8Max
 	}
 	return 127
 }
 
-// CodesLen is the length of numel codes: one byte each for int8, one byte
-// per two for int4 (the last byte's low nibble 0 when numel is odd).
-func (m Mode) CodesLen(numel int) int {
-	if m == Int4 {
+// CodesLen is the length of the codes of numel elements in blocks of
+// block: one byte each for int8, one byte per two for int4 (the last
+// byte's low nibble 0 when numel is odd), and for fp8 one byte per element
+// of every whole block (a short last block's transform is whole).
+func (m Mode) CodesLen(numel, block int) int {
+	switch m {
+	case Int4:
 		return (numel + 1) / 2
+	case FP8:
+		return Blocks(numel, block) * block
 	}
 	return numel
+}
+
+// scaleLen is the length of one block's scales: s for int8 and int4, s
+// and α for fp8.
+func (m Mode) scaleLen() int {
+	if m == FP8 {
+		return 8
+	}
+	return 4
 }
 
 // HeaderLen is the length of a main part's header.
@@ -90,9 +111,9 @@ func Supported(dt dtype.DType) bool {
 func Blocks(numel, block int) int { return (numel + block - 1) / block }
 
 // MainLen is the length of the main part for numel elements coded with
-// mode in blocks of block: the header, one fp32 scale per block, the codes.
+// mode in blocks of block: the header, the blocks' scales, the codes.
 func MainLen(mode Mode, numel, block int) int {
-	return HeaderLen + 4*Blocks(numel, block) + mode.CodesLen(numel)
+	return HeaderLen + mode.scaleLen()*Blocks(numel, block) + mode.CodesLen(numel, block)
 }
 
 // ErrCorrupt reports a message that does not decode.
@@ -102,10 +123,20 @@ func corrupt(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 }
 
-// checkBlock validates a block size: a power of two from 32 to 65536.
-func checkBlock(block int) error {
-	if block < 32 || block > 1<<16 || block&(block-1) != 0 {
-		return fmt.Errorf("quant: block size %d: want a power of two from 32 to 65536", block)
+// MaxBlock is mode's largest block: 65536 for int8 and int4, 1024 for fp8
+// (its transform runs in one GPU thread block).
+func MaxBlock(mode Mode) int {
+	if mode == FP8 {
+		return 1 << 10
+	}
+	return 1 << 16
+}
+
+// CheckBlock validates a block size for mode: a power of two from 32 to
+// MaxBlock(mode).
+func CheckBlock(mode Mode, block int) error {
+	if block < 32 || block > MaxBlock(mode) || block&(block-1) != 0 {
+		return fmt.Errorf("quant: %v block size %d: want a power of two from 32 to %d", mode, block, MaxBlock(mode))
 	}
 	return nil
 }
@@ -144,9 +175,10 @@ func (h Header) ExactLen(main []byte) int {
 		return 0
 	}
 	nb := Blocks(h.Numel, h.Block)
+	sl := h.Mode.scaleLen()
 	n := 0
 	for b := range nb {
-		if binary.LittleEndian.Uint32(main[HeaderLen+4*b:]) == exactScale {
+		if binary.LittleEndian.Uint32(main[HeaderLen+sl*b:]) == exactScale {
 			n += (min(h.Numel, (b+1)*h.Block) - b*h.Block) * h.DType.Size()
 		}
 	}
@@ -163,7 +195,7 @@ func PeekHeader(main []byte) (Header, error) {
 	}
 	h := Header{Mode: Mode(main[3]), DType: dtype.DType(main[4]), Block: 1 << main[5]}
 	if !h.Mode.valid() || !Supported(h.DType) || main[5] > 16 || main[6]|main[7] != 0 ||
-		binary.LittleEndian.Uint32(main[20:]) != 0 || checkBlock(h.Block) != nil {
+		binary.LittleEndian.Uint32(main[20:]) != 0 || CheckBlock(h.Mode, h.Block) != nil {
 		return Header{}, corrupt("bad header % x", main[:8])
 	}
 	numel := binary.LittleEndian.Uint64(main[8:])

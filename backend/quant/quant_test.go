@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zipccl/zipccl/backend/dtype"
-	"github.com/zipccl/zipccl/backend/reduce"
 )
 
 var floats = []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16}
@@ -223,17 +222,6 @@ func FuzzDecode(f *testing.F) {
 		dst := make([]byte, h.Numel*h.DType.Size())
 		_ = Decode(dst, m, e, h.DType) // must not panic
 	})
-}
-
-// narrow rounds float32 values to dt (the tests build their inputs with it).
-func narrow(dt dtype.DType, dst []byte, s []float32) {
-	if dt != dtype.Float32 {
-		reduce.Narrow(dt, dst, s)
-		return
-	}
-	for i, v := range s {
-		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-	}
 }
 
 // absMax16's AVX2 routine and the portable code agree, on every length

@@ -396,7 +396,7 @@ func quantCorruptions(c quantCase, m quantMsg) []corruption {
 		if bits == 0xFFFFFFFF {
 			add("main", "set32", scale(b), 0, fmt.Sprintf("block %d: exact mark cleared", b))
 			lo := b * c.block
-			add("main", "xor", codes+int(c.mode.CodesLen(lo)), 0x80, fmt.Sprintf("block %d: exact block's code (accepted)", b))
+			add("main", "xor", codes+int(c.mode.CodesLen(lo, c.block)), 0x80, fmt.Sprintf("block %d: exact block's code (accepted)", b))
 			continue
 		}
 		add("main", "set32", scale(b), 0xFFFFFFFF, fmt.Sprintf("block %d: marked exact", b))
@@ -404,7 +404,7 @@ func quantCorruptions(c quantCase, m quantMsg) []corruption {
 			add("main", "set32", scale(b), int64(v), fmt.Sprintf("block %d: scale %#x", b, v))
 		}
 		lo, hi := b*c.block, min(c.n, (b+1)*c.block)
-		first, last := codes+c.mode.CodesLen(lo), codes+c.mode.CodesLen(hi)-1
+		first, last := codes+c.mode.CodesLen(lo, c.block), codes+c.mode.CodesLen(hi, c.block)-1
 		if c.mode == quant.Int8 {
 			add("main", "set32", first, 0x81808180, fmt.Sprintf("block %d: code -128", b))
 			add("main", "xor", last, int64(m.main[last]^0x80), fmt.Sprintf("block %d: last code -128", b))
