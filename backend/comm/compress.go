@@ -156,8 +156,8 @@ func (c *Comm) sizeOf(op *Op, own int) (int, bool) {
 // times by the group's feedback, and the key the feedback times the call
 // under. The returned step is committed once the op is agreed.
 func (c *Comm) decide(op *Op, t *task, size int) switcher.Step {
-	if op.lossyMode != quant.None { // the user's policy, not the switcher's call
-		t.keyed, t.decision = false, switcher.Decision{Why: "lossy " + op.lossyMode.String() + " (the group's policy)"}
+	if op.lossy.Mode != quant.None { // the user's policy, not the switcher's call
+		t.keyed, t.decision = false, switcher.Decision{Why: "lossy " + op.lossy.Mode.String() + " (the group's policy)"}
 		return switcher.Step{}
 	}
 	in, ok := c.switcherInput(op, size)

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"math/bits"
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
@@ -30,7 +32,8 @@ import (
 //	16 sizes u64: FNV-1a of per-rank element counts that must agree (0 if none)
 //	24 lossy mode u8: the group's lossy policy for this op kind (quant.Mode,
 //	   0 when exact), so that ranks whose policies differ fail naming it
-//	25 zero (3 bytes)
+//	25 log2 of the policy's fp8 block u8 (0 unless the mode is fp8)
+//	26 zero (2 bytes)
 //	28 the policy's min_bytes u32 (saturated; 0 when the mode is 0)
 const noReduce = 0xff
 
@@ -42,7 +45,7 @@ type descFields struct {
 	root   int32
 	count  uint64
 	layout uint64
-	lossy  quant.Mode
+	lossy  lossy.Coding
 	minB   uint32
 }
 
@@ -55,7 +58,10 @@ func (f descFields) encode() transport.Desc {
 	binary.LittleEndian.PutUint32(d[4:], uint32(f.root))
 	binary.LittleEndian.PutUint64(d[8:], f.count)
 	binary.LittleEndian.PutUint64(d[16:], f.layout)
-	d[24] = byte(f.lossy)
+	d[24] = byte(f.lossy.Mode)
+	if f.lossy.Mode == quant.FP8 {
+		d[25] = byte(bits.TrailingZeros(uint(f.lossy.Block)))
+	}
 	binary.LittleEndian.PutUint32(d[28:], f.minB)
 	return d
 }
@@ -69,7 +75,7 @@ func decodeDesc(d transport.Desc) descFields {
 		root:   int32(binary.LittleEndian.Uint32(d[4:])),
 		count:  binary.LittleEndian.Uint64(d[8:]),
 		layout: binary.LittleEndian.Uint64(d[16:]),
-		lossy:  quant.Mode(d[24]),
+		lossy:  lossy.Coding{Mode: quant.Mode(d[24]), Block: 1 << d[25]},
 		minB:   binary.LittleEndian.Uint32(d[28:]),
 	}
 }
@@ -105,7 +111,7 @@ func (f descFields) String() string {
 	if f.flags&flagHier != 0 {
 		s += ", hierarchical"
 	}
-	if f.lossy != quant.None {
+	if f.lossy.Mode != quant.None {
 		s += fmt.Sprintf(", lossy policy %v from %d bytes", f.lossy, f.minB)
 	}
 	return s + ")"
@@ -147,7 +153,7 @@ func sizesHash(op *Op, bufs [][]byte) uint64 {
 // every rank. Per-pair lengths (all_to_all) are checked message by message.
 func describe(op *Op, rank int) descFields {
 	f := descFields{kind: op.Kind, dt: op.DType, redop: noReduce, root: -1}
-	if f.lossy = op.policy.Mode(op.Kind); f.lossy != quant.None {
+	if f.lossy = op.policy.Coding(op.Kind); f.lossy.Mode != quant.None {
 		f.minB = uint32(min(op.policy.MinBytes, math.MaxUint32))
 	}
 	if op.Kind.IsReduction() {

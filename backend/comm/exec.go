@@ -300,7 +300,7 @@ func (c *Comm) runAlgorithm(ctx context.Context, conn *opConn, op *Op, t *task) 
 		}
 	}
 	var err error
-	if op.lossyMode != quant.None {
+	if op.lossy.Mode != quant.None {
 		avg := 1
 		if op.ReduceOp == reduce.Avg {
 			avg = c.cfg.Size

@@ -76,8 +76,8 @@ func (c *Comm) applyPolicy(op *Op) error {
 	default:
 		return nil // op kinds a policy cannot make lossy
 	}
-	op.lossyMode = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, int(total))
-	if op.lossyMode != quant.None && op.Dev != nil {
+	op.lossy = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, int(total))
+	if op.lossy.Mode != quant.None && op.Dev != nil {
 		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, and lossy collectives code host memory only: use CPU tensors, gpu_path=\"staged\", or a lossless group", op.Kind, op.policy, op.DType)
 	}
 	return nil
@@ -89,11 +89,11 @@ func (c *Comm) applyPolicy(op *Op) error {
 func runLossy(ctx context.Context, conn collective.VarConn, op *Op, a collective.Args, hosts zcoll.Hosts, avg int) error {
 	switch op.Kind {
 	case opkind.AllGather:
-		return lossy.AllGather(ctx, conn, a, op.lossyMode, hosts)
+		return lossy.AllGather(ctx, conn, a, op.lossy, hosts)
 	case opkind.ReduceScatter:
-		return lossy.ReduceScatter(ctx, conn, a, op.lossyMode, hosts, avg)
+		return lossy.ReduceScatter(ctx, conn, a, op.lossy, hosts, avg)
 	case opkind.AllReduce:
-		return lossy.AllReduce(ctx, conn, a, op.lossyMode, hosts, avg)
+		return lossy.AllReduce(ctx, conn, a, op.lossy, hosts, avg)
 	}
 	return fmt.Errorf("no lossy algorithm for %s", op.Kind)
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -108,9 +109,9 @@ func TestLossyEnvAndOption(t *testing.T) {
 	})
 	require.Equal(t, "all_gather=int8,min_bytes=1", r.comms[0].Policy().String())
 	require.Equal(t, "lossless", r.comms[1].Policy().String())
-	t.Setenv("ZIPCCL_LOSSY", "all_reduce=fp8")
+	t.Setenv("ZIPCCL_LOSSY", "all_reduce=fp8,fp8_block=48")
 	_, err := New(Config{Rank: 0, Size: 1, Options: nil})
-	require.ErrorContains(t, err, "not a mode zipccl has")
+	require.ErrorContains(t, err, "fp8_block")
 }
 
 // Lossy reductions through the engine: all_reduce AVG gives every rank the
@@ -219,4 +220,72 @@ func TestLossyReductionModeMismatch(t *testing.T) {
 	for rank, x := range res {
 		require.NoError(t, x.err, "rank %d", rank)
 	}
+}
+
+// fp8 through the engine, as tensor parallelism uses it: all_reduce SUM
+// gives every rank the same bytes within TACO's error of the exact sum,
+// all_gather and reduce_scatter code too, stats count "fp8"; ranks whose
+// fp8 blocks differ fail naming the block.
+func TestLossyFP8(t *testing.T) {
+	const n, numel = 4, 5000
+	r := newRigWith(t, n, "lossy-fp8", 20*time.Second, func(int) map[string]string {
+		return map[string]string{"lossy": "all_reduce=fp8,all_gather=fp8,reduce_scatter=fp8,fp8_block=128,min_bytes=0"}
+	})
+	vals := func(rank int, seed uint64) []float32 {
+		rng := rand.New(rand.NewPCG(seed, uint64(rank)))
+		xs := make([]float32, numel)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		return xs
+	}
+	bufs := make([][]byte, n)
+	res := r.everyRank(func(rank int) *Op {
+		bufs[rank] = f32s(vals(rank, 7)...)
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+	})
+	var num, den float64
+	for rank, x := range res {
+		require.NoError(t, x.err, "rank %d", rank)
+		require.Equal(t, bufs[0], bufs[rank], "rank %d", rank)
+	}
+	sum := make([]float64, numel)
+	for rank := range n {
+		for i, v := range vals(rank, 7) {
+			sum[i] += float64(v)
+		}
+	}
+	for i, want := range sum {
+		d := float64(f32at(bufs[0], i)) - want
+		num, den = num+d*d, den+want*want
+	}
+	rel := math.Sqrt(num / den)
+	require.Less(t, rel, 0.045, "relative L2 error of the two-shot")
+	require.Greater(t, rel, 1e-4, "coded, not exact")
+
+	gathered := make([]*Op, n)
+	res = r.everyRank(func(rank int) *Op {
+		gathered[rank] = gatherOp(rank, n, numel, 9)
+		return gathered[rank]
+	})
+	for rank, x := range res {
+		require.NoError(t, x.err, "rank %d", rank)
+		require.Equal(t, gathered[0].Out, gathered[rank].Out, "all_gather: rank %d", rank)
+		require.NotEqual(t, gathered[rank].In[0], gathered[rank].Out[rank], "all_gather: coded, the owner's shard too")
+	}
+	var st struct {
+		Ops map[string]OpStats `json:"ops"`
+	}
+	js, err := r.comms[0].Stats()
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(js, &st))
+	require.Equal(t, int64(1), st.Ops["all_reduce"].LossyCalls["fp8"])
+	require.Equal(t, int64(1), st.Ops["all_gather"].LossyCalls["fp8"])
+
+	require.NoError(t, r.comms[3].SetLossy("all_reduce=fp8,min_bytes=0"))
+	res = r.everyRank(func(rank int) *Op {
+		b := f32s(vals(rank, 7)...)
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{b}, Out: [][]byte{b}}
+	})
+	requireAllFail(t, res, CodeMismatch, "lossy policy fp8 (block 128)")
 }

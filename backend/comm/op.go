@@ -11,7 +11,6 @@ import (
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
-	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
@@ -34,8 +33,8 @@ type Op struct {
 	// path). Such ops, like the coded path's, code with zip3 only.
 	Staged bool
 
-	policy    lossy.Policy // the group's lossy policy when the op was submitted
-	lossyMode quant.Mode   // what it codes the op with (quant.None: exact)
+	policy lossy.Policy // the group's lossy policy when the op was submitted
+	lossy  lossy.Coding // what it codes the op with (Mode quant.None: exact)
 }
 
 // numel of a buffer, in elements of the op's dtype.

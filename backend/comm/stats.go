@@ -89,9 +89,9 @@ func (s *stats) record(op *Op, wire, uncoded int64, d, codec time.Duration, dec 
 		st.Errors++
 	}
 	st.RawBytes += byteLen(op.In)
-	if op.lossyMode != quant.None {
-		st.LossyCalls[op.lossyMode.String()]++
-		st.LossyBytes[op.lossyMode.String()] += byteLen(op.In)
+	if op.lossy.Mode != quant.None {
+		st.LossyCalls[op.lossy.Mode.String()]++
+		st.LossyBytes[op.lossy.Mode.String()] += byteLen(op.In)
 	}
 	st.WireBytes += wire
 	if uncoded <= 0 {

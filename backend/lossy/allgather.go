@@ -19,7 +19,7 @@ import (
 // the tests make pieces small.)
 var pieceElems = 1 << 16
 
-// AllGather gathers every rank's In[0] into Out[r] coded with mode
+// AllGather gathers every rank's In[0] into Out[r] coded as code says
 // (collective.AllGather's contract: every rank passes the same lengths).
 // Each rank codes its shard once, and every rank, this one included,
 // decodes every shard from the same bytes: the outputs are bitwise
@@ -30,7 +30,7 @@ var pieceElems = 1 << 16
 // piece, the main parts travel in one all-gather and the exact parts (blocks
 // holding NaN or Inf) in a second one, only when some rank has one; coding
 // the next pieces and decoding the received ones overlap the transfers.
-func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, layout [][]int) error {
+func AllGather(ctx context.Context, c collective.Conn, a collective.Args, code Coding, layout [][]int) error {
 	n, me := c.Size(), c.Rank()
 	if len(a.In) != 1 || len(a.Out) != n || len(a.Out[me]) != len(a.In[0]) {
 		return fmt.Errorf("lossy: all_gather: want 1 input and %d outputs, In[0] as long as Out[%d]", n, me)
@@ -41,18 +41,18 @@ func AllGather(ctx context.Context, c collective.Conn, a collective.Args, mode q
 			return fmt.Errorf("lossy: all_gather: rank %d's %d bytes are not whole %v elements", r, len(out), a.DType)
 		}
 	}
-	return gatherCoded(ctx, c, a, mode, layout, func(main []byte, lo, hi int) ([]byte, error) {
-		return quant.Encode(main, nil, a.In[0][lo*es:hi*es], a.DType, mode, BlockOf(mode))
+	return gatherCoded(ctx, c, a, code, layout, func(main []byte, lo, hi int) ([]byte, error) {
+		return quant.Encode(main, nil, a.In[0][lo*es:hi*es], a.DType, code.Mode, code.Block)
 	})
 }
 
-// gatherCoded is AllGather's pipeline: code(main, lo, hi) codes elements
+// gatherCoded is AllGather's pipeline: encode(main, lo, hi) codes elements
 // [lo, hi) of this rank's shard (whole blocks) into main and returns the
 // exact part; every rank decodes every shard into a.Out (a.DType). On
 // hosts (a hierarchical layout) the main parts travel in two stages: on
 // each rail across hosts, then inside each host, so that each coded shard
 // crosses to every other host once.
-func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode quant.Mode, layout [][]int, code func(main []byte, lo, hi int) ([]byte, error)) error {
+func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, code Coding, layout [][]int, encode func(main []byte, lo, hi int) ([]byte, error)) error {
 	n, me := c.Size(), c.Rank()
 	es := a.DType.Size()
 	blocks := make([]int, n)
@@ -81,8 +81,8 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 	g.Go(func() error { // this rank's pieces, coded ahead of the transfers
 		for p := range pieces {
 			lo, hi := span(me, p)
-			m := a.Pool.Get(quant.MainLen(mode, hi-lo, BlockOf(mode)))
-			ex, err := code(m, lo, hi)
+			m := a.Pool.Get(quant.MainLen(code.Mode, hi-lo, code.Block))
+			ex, err := encode(m, lo, hi)
 			if err != nil {
 				return err
 			}
@@ -112,7 +112,7 @@ func gatherCoded(ctx context.Context, c collective.Conn, a collective.Args, mode
 						mains[r] = mine.main
 					} else {
 						lo, hi := span(r, p)
-						mains[r] = a.Pool.Get(quant.MainLen(mode, hi-lo, BlockOf(mode)))
+						mains[r] = a.Pool.Get(quant.MainLen(code.Mode, hi-lo, code.Block))
 					}
 				}
 				exacts, err := gatherPiece(gctx, stepOffset{c, uint32(3 * p * stride)}, a, mains, mine.exact, layout, stride)

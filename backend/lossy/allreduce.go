@@ -10,7 +10,7 @@ import (
 )
 
 // AllReduce sums In[0] across ranks into Out[0] (collective.AllReduce's
-// contract), coded with mode, and divides by avg when it is more than 1:
+// contract), coded as code says, and divides by avg when it is more than 1:
 // a lossy two-shot. The tensor is cut into one shard per rank (whole
 // blocks); the shards are reduced on their owners as ReduceScatter does,
 // in float32; each owner codes its sum once (float32 values, AVG's
@@ -19,7 +19,7 @@ import (
 // are bitwise identical on every rank, each element quantized exactly twice
 // on its way. On hosts both phases use the layout (ReduceScatter's and
 // AllGather's).
-func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mode quant.Mode, layout [][]int, avg int) error {
+func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, code Coding, layout [][]int, avg int) error {
 	n, me := c.Size(), c.Rank()
 	if len(a.In) != 1 || len(a.Out) != 1 || len(a.In[0]) != len(a.Out[0]) {
 		return fmt.Errorf("lossy: all_reduce: want 1 input and 1 output of one length")
@@ -32,7 +32,7 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 		lo, hi := min(numel, nb*j/n*Unit), min(numel, nb*(j+1)/n*Unit)
 		ins[j], outs[j] = a.In[0][lo*es:hi*es], a.Out[0][lo*es:hi*es]
 	}
-	o, err := newToOwners(c, a.Pool, a.DType, mode, ins, layout)
+	o, err := newToOwners(c, a.Pool, a.DType, code, ins, layout)
 	if err != nil {
 		return fmt.Errorf("lossy: all_reduce: %w", err)
 	}
@@ -68,11 +68,11 @@ func AllReduce(ctx context.Context, c collective.VarConn, a collective.Args, mod
 	g.Go(func() error {
 		second := stepOffset{c, uint32(ownerPieceSteps * maxPieces)}
 		ga := collective.Args{DType: a.DType, Out: outs, Pool: a.Pool, Local: a.Local}
-		return gatherCoded(gctx, second, ga, mode, layout, func(main []byte, lo, hi int) ([]byte, error) {
+		return gatherCoded(gctx, second, ga, code, layout, func(main []byte, lo, hi int) ([]byte, error) {
 			if err := wait(gctx, lo, hi); err != nil {
 				return nil, err
 			}
-			return quant.EncodeFloat32(main, nil, acc[lo:hi], mode, BlockOf(mode))
+			return quant.EncodeFloat32(main, nil, acc[lo:hi], code.Mode, code.Block)
 		})
 	})
 	if err := g.Wait(); err != nil {

@@ -42,7 +42,7 @@ func benchReduceScatter(b *testing.B, hosts [][]int) {
 	for b.Loop() {
 		world(b, n, func(ctx context.Context, c collective.VarConn) error {
 			r := c.Rank()
-			return ReduceScatter(ctx, c, collective.Args{DType: dtype.BFloat16, In: ins[r], Out: [][]byte{outs[r]}, Pool: pool}, quant.Int4, hosts, 1)
+			return ReduceScatter(ctx, c, collective.Args{DType: dtype.BFloat16, In: ins[r], Out: [][]byte{outs[r]}, Pool: pool}, coding(quant.Int4), hosts, 1)
 		})
 	}
 }

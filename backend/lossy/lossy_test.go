@@ -23,15 +23,23 @@ import (
 func TestParse(t *testing.T) {
 	p, err := Parse("all_gather=int8")
 	require.NoError(t, err)
-	require.Equal(t, Policy{AllGather: quant.Int8, MinBytes: DefaultMinBytes}, p)
+	require.Equal(t, Policy{AllGather: quant.Int8, MinBytes: DefaultMinBytes, FP8Block: 256}, p)
 	require.Equal(t, "all_gather=int8,min_bytes=65536", p.String())
 	p, err = Parse(" All_Gather = INT8 , min_bytes=0")
 	require.NoError(t, err)
 	require.Equal(t, 0, p.MinBytes)
 	p, err = Parse("all_reduce=int8, reduce_scatter=int4,all_gather=int8")
 	require.NoError(t, err)
-	require.Equal(t, Policy{AllGather: quant.Int8, ReduceScatter: quant.Int4, AllReduce: quant.Int8, MinBytes: DefaultMinBytes}, p)
+	require.Equal(t, Policy{AllGather: quant.Int8, ReduceScatter: quant.Int4, AllReduce: quant.Int8, MinBytes: DefaultMinBytes, FP8Block: 256}, p)
 	require.Equal(t, "all_gather=int8,reduce_scatter=int4,all_reduce=int8,min_bytes=65536", p.String())
+	p, err = Parse("all_reduce=fp8,all_gather=fp8,reduce_scatter=FP8,fp8_block=64")
+	require.NoError(t, err)
+	require.Equal(t, Policy{AllGather: quant.FP8, ReduceScatter: quant.FP8, AllReduce: quant.FP8, MinBytes: DefaultMinBytes, FP8Block: 64}, p)
+	require.Equal(t, "all_gather=fp8,reduce_scatter=fp8,all_reduce=fp8,fp8_block=64,min_bytes=65536", p.String())
+	require.Equal(t, Coding{quant.FP8, 64}, p.Coding(opkind.AllReduce))
+	p, err = Parse("all_reduce=fp8")
+	require.NoError(t, err)
+	require.Equal(t, Coding{quant.FP8, 256}, p.Coding(opkind.AllReduce), "TACO's default block")
 	for _, lossless := range []string{"", "lossless", "all_gather=none"} {
 		p, err = Parse(lossless)
 		require.NoError(t, err)
@@ -42,9 +50,9 @@ func TestParse(t *testing.T) {
 		"all_gather=int4":                 "makes no sense",
 		"all_gather=int2":                 "unknown mode",
 		"broadcast=int8":                  "unknown op",
-		"reduce_scatter=fp8":              "not a mode zipccl has",
-		"all_reduce=fp8":                  "not a mode zipccl has",
-		"all_gather=fp8":                  "not a mode zipccl has",
+		"all_reduce=fp8,fp8_block=2048":   "fp8_block",
+		"all_reduce=fp8,fp8_block=100":    "power of two from 32 to 1024",
+		"all_reduce=fp8,fp8_block=16":     "fp8_block",
 		"all_gather":                      "not op=mode",
 		"all_gather=int8,min_bytes=":      "min_bytes",
 		"all_gather=int8,all_gather=int8": "twice",
@@ -56,17 +64,17 @@ func TestParse(t *testing.T) {
 
 func TestApplies(t *testing.T) {
 	p := Policy{AllGather: quant.Int8, MinBytes: 1000}
-	require.Equal(t, quant.Int8, p.Applies(opkind.AllGather, dtype.BFloat16, reduce.Sum, 1000))
-	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.BFloat16, reduce.Sum, 999), "small tensors stay exact")
-	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.Int32, reduce.Sum, 1<<20), "integers stay exact")
-	require.Equal(t, quant.None, p.Applies(opkind.AllGather, dtype.Float64, reduce.Sum, 1<<20), "float64 stays exact")
-	require.Equal(t, quant.None, p.Applies(opkind.AllReduce, dtype.Float32, reduce.Sum, 1<<20), "all_reduce not asked")
+	require.Equal(t, coding(quant.Int8), p.Applies(opkind.AllGather, dtype.BFloat16, reduce.Sum, 1000))
+	require.Equal(t, Coding{}, p.Applies(opkind.AllGather, dtype.BFloat16, reduce.Sum, 999), "small tensors stay exact")
+	require.Equal(t, Coding{}, p.Applies(opkind.AllGather, dtype.Int32, reduce.Sum, 1<<20), "integers stay exact")
+	require.Equal(t, Coding{}, p.Applies(opkind.AllGather, dtype.Float64, reduce.Sum, 1<<20), "float64 stays exact")
+	require.Equal(t, Coding{}, p.Applies(opkind.AllReduce, dtype.Float32, reduce.Sum, 1<<20), "all_reduce not asked")
 	p.ReduceScatter = quant.Int4
-	require.Equal(t, quant.Int4, p.Applies(opkind.ReduceScatter, dtype.Float16, reduce.Avg, 1000))
+	require.Equal(t, coding(quant.Int4), p.Applies(opkind.ReduceScatter, dtype.Float16, reduce.Avg, 1000))
 	for _, op := range []reduce.Op{reduce.Max, reduce.Min, reduce.Product, reduce.PreMulSum} {
-		require.Equal(t, quant.None, p.Applies(opkind.ReduceScatter, dtype.Float16, op, 1<<20), "%v stays exact", op)
+		require.Equal(t, Coding{}, p.Applies(opkind.ReduceScatter, dtype.Float16, op, 1<<20), "%v stays exact", op)
 	}
-	require.Equal(t, quant.None, Policy{}.Applies(opkind.AllGather, dtype.Float32, reduce.Sum, 1<<20))
+	require.Equal(t, Coding{}, Policy{}.Applies(opkind.AllGather, dtype.Float32, reduce.Sum, 1<<20))
 }
 
 // gather runs AllGather on every rank of an in-memory world.
@@ -88,7 +96,7 @@ func gather(t *testing.T, shards [][]byte, dt dtype.DType, hosts [][]int) [][][]
 		in := append([]byte{}, shards[r]...)
 		outs[r][r] = in // in place, as all_gather_into_tensor's own shard may be
 		wg.Go(func() {
-			errs[r] = AllGather(ctx, conns[r], collective.Args{DType: dt, In: [][]byte{in}, Out: outs[r]}, quant.Int8, hosts)
+			errs[r] = AllGather(ctx, conns[r], collective.Args{DType: dt, In: [][]byte{in}, Out: outs[r]}, coding(quant.Int8), hosts)
 		})
 	}
 	wg.Wait()
@@ -211,3 +219,6 @@ func getFloats(dt dtype.DType, b []byte) []float64 {
 	}
 	return out
 }
+
+// coding is mode with its default block.
+func coding(m quant.Mode) Coding { return Coding{m, BlockOf(m)} }

@@ -25,7 +25,7 @@ import (
 //     its host's other ranks their contributions to the shards of rail l
 //     (local index l on every host) as they are, and sums them in float32
 //     in local-rank order: the host's partial sums;
-//  2. on each rail, every rank codes each partial once (mode) and sends it
+//  2. on each rail, every rank codes each partial once (code) and sends it
 //     to the shard's owner, which adds the partials in float32 in host
 //     order, its own host's exact.
 //
@@ -42,7 +42,7 @@ type toOwners struct {
 	c      collective.VarConn
 	pool   *collective.Pool
 	dt     dtype.DType
-	mode   quant.Mode
+	code   Coding
 	ins    [][]byte // per group rank j: this rank's contribution to j's shard
 	numels []int    // elements of each rank's shard
 	layout [][]int  // nil: one hop
@@ -59,10 +59,10 @@ const ownerPieceSteps = 2
 // reserved top bit of a slot's 16-bit step, with room for a second phase.
 const maxPieces = 1 << 12
 
-func newToOwners(c collective.VarConn, pool *collective.Pool, dt dtype.DType, mode quant.Mode, ins [][]byte, layout [][]int) (*toOwners, error) {
+func newToOwners(c collective.VarConn, pool *collective.Pool, dt dtype.DType, code Coding, ins [][]byte, layout [][]int) (*toOwners, error) {
 	n, me := c.Size(), c.Rank()
 	es := dt.Size()
-	o := &toOwners{c: c, pool: pool, dt: dt, mode: mode, ins: ins, numels: make([]int, n)}
+	o := &toOwners{c: c, pool: pool, dt: dt, code: code, ins: ins, numels: make([]int, n)}
 	most := 0
 	for j, in := range ins {
 		if len(in)%es != 0 {
@@ -164,7 +164,7 @@ func (o *toOwners) piece(ctx context.Context, p int, acc []float32, done func(p,
 		defer putF32(mine)
 	}
 	got := make([][]byte, len(rail)) // rail[i]'s coded partial of this rank's piece
-	mainLen := quant.MainLen(o.mode, hi-lo, BlockOf(o.mode))
+	mainLen := quant.MainLen(o.code.Mode, hi-lo, o.code.Block)
 	g, gctx := workgroup.New(ctx, "lossy")
 	for i, r := range rail {
 		if i == at {
@@ -172,9 +172,9 @@ func (o *toOwners) piece(ctx context.Context, p int, acc []float32, done func(p,
 		}
 		g.Go(func() error { // code and send rail[i]'s piece
 			rlo, rhi := o.span(r, p)
-			m := o.pool.Get(quant.MainLen(o.mode, rhi-rlo, BlockOf(o.mode)))
+			m := o.pool.Get(quant.MainLen(o.code.Mode, rhi-rlo, o.code.Block))
 			defer o.pool.Put(m)
-			ex, err := quant.Encode(m, nil, parts[i], partDT, o.mode, BlockOf(o.mode))
+			ex, err := quant.Encode(m, nil, parts[i], partDT, o.code.Mode, o.code.Block)
 			if err != nil {
 				return err
 			}

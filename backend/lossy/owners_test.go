@@ -199,7 +199,7 @@ func TestReduceScatter(t *testing.T) {
 							in[j] = append([]byte{}, ins[r][j]...)
 						}
 						outs[r] = in[r]
-						return ReduceScatter(ctx, c, collective.Args{DType: dt, In: in, Out: [][]byte{outs[r]}}, mode, lay.hosts, 1)
+						return ReduceScatter(ctx, c, collective.Args{DType: dt, In: in, Out: [][]byte{outs[r]}}, coding(mode), lay.hosts, 1)
 					})
 					for j := range n {
 						want := make([]byte, numel*es)
@@ -245,7 +245,7 @@ func TestAllReduce(t *testing.T) {
 					world(t, n, func(ctx context.Context, c collective.VarConn) error {
 						r := c.Rank()
 						outs[r] = append([]byte{}, whole[r][0]...) // in place
-						return AllReduce(ctx, c, collective.Args{DType: dt, In: [][]byte{outs[r]}, Out: [][]byte{outs[r]}}, mode, lay.hosts, avg)
+						return AllReduce(ctx, c, collective.Args{DType: dt, In: [][]byte{outs[r]}, Out: [][]byte{outs[r]}}, coding(mode), lay.hosts, avg)
 					})
 					for r := 1; r < n; r++ {
 						require.Equal(t, outs[0], outs[r], "%s: rank %d", name, r)

@@ -28,12 +28,33 @@ const Unit = 2048
 // (RESULTS.md, "Lossy collectives"): int8, for weights, 2048 (0.75x the
 // error of DeepSpeed's quantizer on real weights for 0.2 % more bytes);
 // int4, for gradients, 256 (0.51 to 0.65x the error of 2048 on the demo's
-// gradients for 3 % more bytes).
+// gradients for 3 % more bytes). fp8's is the policy's (DefaultFP8Block
+// unless set).
 func BlockOf(m quant.Mode) int {
-	if m == quant.Int4 {
+	switch m {
+	case quant.Int4:
 		return 256
+	case quant.FP8:
+		return DefaultFP8Block
 	}
 	return 2048
+}
+
+// DefaultFP8Block is fp8's block unless the policy sets fp8_block: TACO's
+// default, the fastest of its block sizes at TP 4.
+const DefaultFP8Block = 256
+
+// Coding is how an op is coded: a mode (quant.None: exact) and its block.
+type Coding struct {
+	Mode  quant.Mode
+	Block int
+}
+
+func (c Coding) String() string {
+	if c.Mode == quant.FP8 {
+		return fmt.Sprintf("%v (block %d)", c.Mode, c.Block)
+	}
+	return c.Mode.String()
 }
 
 // Policy is a group's lossy modes: what the user asked for.
@@ -42,6 +63,7 @@ type Policy struct {
 	ReduceScatter quant.Mode
 	AllReduce     quant.Mode
 	MinBytes      int
+	FP8Block      int // fp8's elements per block, a power of two from 32 to 1024
 }
 
 // Lossless reports whether the policy codes nothing lossily.
@@ -56,12 +78,26 @@ func (p Policy) String() string {
 		return "lossless"
 	}
 	var s []string
+	fp8 := false
 	for _, name := range opNames {
 		if m := p.Mode(ops[name]); m != quant.None {
 			s = append(s, fmt.Sprintf("%s=%v", name, m))
+			fp8 = fp8 || m == quant.FP8
 		}
 	}
+	if fp8 {
+		s = append(s, fmt.Sprintf("fp8_block=%d", p.FP8Block))
+	}
 	return strings.Join(append(s, fmt.Sprintf("min_bytes=%d", p.MinBytes)), ",")
+}
+
+// Coding is the policy's coding for an op kind.
+func (p Policy) Coding(k opkind.Kind) Coding {
+	m := p.Mode(k)
+	if m == quant.FP8 {
+		return Coding{m, p.FP8Block}
+	}
+	return Coding{m, BlockOf(m)}
 }
 
 // Mode is the policy's mode for an op kind.
@@ -89,19 +125,17 @@ func (p *Policy) set(k opkind.Kind, m quant.Mode) {
 	}
 }
 
-// Applies returns the mode an op runs with under p: the op kind's mode
+// Applies returns the coding an op runs with under p: the op kind's
 // when the tensor is a float32, bfloat16 or float16 one of at least
 // MinBytes (total, the same on every rank) and a reduction sums; else
-// quant.None. Every rank computes the same answer from the same op.
-func (p Policy) Applies(k opkind.Kind, dt dtype.DType, op reduce.Op, totalBytes int) quant.Mode {
-	m := p.Mode(k)
-	if m == quant.None || !quant.Supported(dt) || totalBytes < p.MinBytes {
-		return quant.None
+// quant.None's. Every rank computes the same answer from the same op.
+func (p Policy) Applies(k opkind.Kind, dt dtype.DType, op reduce.Op, totalBytes int) Coding {
+	c := p.Coding(k)
+	if c.Mode == quant.None || !quant.Supported(dt) || totalBytes < p.MinBytes ||
+		k.IsReduction() && op != reduce.Sum && op != reduce.Avg {
+		return Coding{}
 	}
-	if k.IsReduction() && op != reduce.Sum && op != reduce.Avg {
-		return quant.None
-	}
-	return m
+	return c
 }
 
 // ops are the op names a policy may name; opNames in the order String
@@ -115,12 +149,12 @@ var ops = map[string]opkind.Kind{
 var opNames = []string{"all_gather", "reduce_scatter", "all_reduce"}
 
 // Parse reads a policy: comma-separated op=mode pairs (all_gather,
-// reduce_scatter, all_reduce; int8, int4, fp8) and min_bytes=N. An empty
-// spec is the lossless policy. Modes that make no sense for an op (int4
-// weights), and modes zipccl does not have (fp8), are refused here, when
-// the policy is set, never at the op.
+// reduce_scatter, all_reduce; int8, int4, fp8), min_bytes=N and
+// fp8_block=B. An empty spec is the lossless policy. Modes that make no
+// sense for an op (int4 weights) are refused here, when the policy is set,
+// never at the op.
 func Parse(spec string) (Policy, error) {
-	p := Policy{MinBytes: DefaultMinBytes}
+	p := Policy{MinBytes: DefaultMinBytes, FP8Block: DefaultFP8Block}
 	spec = strings.TrimSpace(spec)
 	if spec == "" || spec == "lossless" {
 		return p, nil
@@ -144,6 +178,14 @@ func Parse(spec string) (Policy, error) {
 			p.MinBytes = n
 			continue
 		}
+		if key == "fp8_block" {
+			n, err := strconv.Atoi(val)
+			if err != nil || quant.CheckBlock(quant.FP8, n) != nil {
+				return Policy{}, fmt.Errorf("zipccl: lossy policy %q: fp8_block=%q: want a power of two from 32 to %d", spec, val, quant.MaxBlock(quant.FP8))
+			}
+			p.FP8Block = n
+			continue
+		}
 		k, known := ops[key]
 		if !known {
 			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: unknown op %q (want %s)", spec, key, names())
@@ -161,7 +203,7 @@ func Parse(spec string) (Policy, error) {
 		case val == "int4":
 			p.set(k, quant.Int4)
 		default:
-			return Policy{}, fmt.Errorf("zipccl: lossy policy %q: %s=%s is not a mode zipccl has (it has int8 and int4; int4 for reductions only)", spec, key, val)
+			p.set(k, quant.FP8)
 		}
 	}
 	return p, nil
