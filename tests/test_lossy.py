@@ -144,7 +144,7 @@ import datetime, os, torch, torch.distributed as dist, zipccl
 dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=30))
 rank = dist.get_rank()
 errors = []
-for bad in ({"all_gather": "int4"}, {"reduce_scatter": "fp8"}, {"all_gather": "int3"}, {"broadcast": "int8"}):
+for bad in ({"all_gather": "int4"}, {"all_reduce": "fp8", "fp8_block": 2048}, {"all_gather": "int3"}, {"broadcast": "int8"}):
     try:
         zipccl.set_lossy(**bad)
         errors.append(f"{bad}: accepted")
@@ -172,7 +172,7 @@ def test_policy_mismatch_fails_every_rank_and_bad_modes_are_refused():
         refused = [x for x in r.stdout.splitlines() if x.startswith("REFUSED ")]
         assert len(refused) == 4
         assert "makes no sense" in refused[0]
-        assert "not a mode zipccl has" in refused[1]
+        assert "fp8_block" in refused[1]
         assert "unknown mode" in refused[2]
         assert "unknown op" in refused[3]
 

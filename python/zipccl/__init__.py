@@ -59,11 +59,13 @@ class Options:
             keeps ``ZIPCCL_ENCRYPT``. Every rank must agree. CUDA tensors of
             an encrypted group stay off NCCL, whose traffic is its own.
         lossy: the group's opt-in lossy modes per op, e.g.
-            ``{"all_gather": "int8", "reduce_scatter": "int4"}`` (see
-            ``set_lossy``); None keeps
+            ``{"all_gather": "int8", "reduce_scatter": "int4"}`` or
+            ``{"all_reduce": "fp8"}`` (see ``set_lossy``); None keeps
             ``ZIPCCL_LOSSY``, else lossless. Every rank must agree.
         lossy_min_bytes: the smallest tensor a lossy mode codes (default
             64 KiB); None keeps the default.
+        lossy_fp8_block: fp8's block, a power of two from 32 to 1024
+            (default 256); None keeps the default.
         extra: further engine options, passed through as they are.
     """
 
@@ -72,6 +74,7 @@ class Options:
     encrypt: bool | None = None
     lossy: Mapping[str, str] | None = None
     lossy_min_bytes: int | None = None
+    lossy_fp8_block: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_string(self) -> str:
@@ -82,8 +85,8 @@ class Options:
             items["gpu_path"] = self.gpu_path
         if self.encrypt is not None:
             items["encrypt"] = self.encrypt
-        if self.lossy is not None or self.lossy_min_bytes is not None:
-            items["lossy"] = _lossy_spec(self.lossy or {}, self.lossy_min_bytes)
+        if self.lossy is not None or self.lossy_min_bytes is not None or self.lossy_fp8_block is not None:
+            items["lossy"] = _lossy_spec(self.lossy or {}, self.lossy_min_bytes, self.lossy_fp8_block)
         items.update(self.extra)
         return _encode_options(items)
 
@@ -91,8 +94,8 @@ class Options:
 LOSSY_OPS = ("all_gather", "reduce_scatter", "all_reduce")
 
 
-def _lossy_spec(modes: Mapping[str, str | None], min_bytes: int | None) -> str:
-    """The engine's policy string (backend/lossy): "op=mode,...,min_bytes=N"."""
+def _lossy_spec(modes: Mapping[str, str | None], min_bytes: int | None, fp8_block: int | None = None) -> str:
+    """The engine's policy string (backend/lossy): "op=mode,...,min_bytes=N,fp8_block=B"."""
     parts = []
     for op, mode in modes.items():
         if op not in LOSSY_OPS:
@@ -105,6 +108,8 @@ def _lossy_spec(modes: Mapping[str, str | None], min_bytes: int | None) -> str:
         return ""  # lossless: min_bytes alone changes nothing
     if min_bytes is not None:
         parts.append(f"min_bytes={int(min_bytes)}")
+    if fp8_block is not None:
+        parts.append(f"fp8_block={int(fp8_block)}")
     return ",".join(parts)
 
 
@@ -267,7 +272,8 @@ def stats(group: Any = None) -> dict[str, Any]:
     return json.loads(_runtime()._stats(_zipccl_backend(group)))
 
 
-def set_lossy(group: Any = None, *, min_bytes: int | None = None, **modes: str | None) -> None:
+def set_lossy(group: Any = None, *, min_bytes: int | None = None, fp8_block: int | None = None,
+              **modes: str | None) -> None:
     """Sets a group's opt-in lossy modes (the default group when group is
     None), for groups a framework made: ``zipccl.set_lossy(group,
     all_gather="int8")``. It applies from the group's next op on; every
@@ -275,17 +281,22 @@ def set_lossy(group: Any = None, *, min_bytes: int | None = None, **modes: str |
     concern fails on every rank, naming the policy. With no modes the group
     is lossless again.
 
-    Modes: ``all_gather="int8"``, ``reduce_scatter="int8"`` or ``"int4"``,
-    ``all_reduce="int8"`` or ``"int4"`` (blockwise, one fp32 scale per
-    2048 elements for int8, 256 for int4; NaN and Inf blocks travel exact; reductions sum in
-    float32, and on hosts of several ranks code only each host's exact
-    partial sum). A mode applies only to float32, bfloat16 and float16
-    tensors of at least ``min_bytes`` (default 64 KiB; the gathered or the
-    reduced tensor), and reductions only to SUM and AVG; everything else
-    stays exact. Modes that make no sense (int4 for all_gather) and modes
-    zipccl does not have (fp8) raise ValueError here.
+    Modes: ``all_gather="int8"`` or ``"fp8"``, ``reduce_scatter`` and
+    ``all_reduce`` ``"int8"``, ``"int4"`` or ``"fp8"``. int8 and int4 are
+    ZeRO++'s blockwise integers (one fp32 scale per 2048 elements for
+    int8, 256 for int4); fp8 is TACO's tensor-parallel coding: E4M3 codes
+    of each block's Walsh-Hadamard transform, ``fp8_block`` elements a
+    block (a power of two from 32 to 1024, default 256), 1 + 8/B bytes an
+    element. NaN and Inf blocks travel exact; reductions sum in float32
+    (all_reduce is a two-shot: each element is coded twice, and every rank
+    gets the same bytes), and on hosts of several ranks code only each
+    host's exact partial sum. A mode applies only to float32, bfloat16 and
+    float16 tensors of at least ``min_bytes`` (default 64 KiB; the
+    gathered or the reduced tensor), and reductions only to SUM and AVG;
+    everything else stays exact. Modes that make no sense (int4 for
+    all_gather) raise ValueError here.
     """
-    spec = _lossy_spec(modes, min_bytes)
+    spec = _lossy_spec(modes, min_bytes, fp8_block)
     try:
         _runtime()._set_lossy(_zipccl_backend(group), spec)
     except RuntimeError as e:
