@@ -177,7 +177,7 @@ func boundOwner(vals [][][]float64, j int, dt dtype.DType, mode quant.Mode, host
 func TestReduceScatter(t *testing.T) {
 	defer func(old int) { pieceElems = old }(pieceElems)
 	pieceElems = Unit // several pieces, as a large tensor has
-	for _, mode := range []quant.Mode{quant.Int8, quant.Int4} {
+	for _, mode := range []quant.Mode{quant.Int8, quant.Int4, quant.FP8} {
 		for _, lay := range layouts {
 			for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16} {
 				for _, numel := range []int{1, 2*Unit + 1001} {
@@ -206,6 +206,16 @@ func TestReduceScatter(t *testing.T) {
 						finish(dt, want, expectOwner(t, ins, j, dt, mode, lay.hosts), 1)
 						require.Equal(t, want, outs[j], "%s: shard %d", name, j)
 						got := getFloats(dt, outs[j])
+						if mode == quant.FP8 { // no per-element bound: TACO's error is an L2 one
+							requireRelL2(t, got, func(i int) float64 {
+								ref := 0.0
+								for r := range n {
+									ref += vals[r][j][i]
+								}
+								return ref
+							}, 0.03, name)
+							continue
+						}
 						bound := boundOwner(vals, j, dt, mode, lay.hosts, got)
 						for i, g := range got {
 							ref := 0.0
@@ -232,7 +242,7 @@ func TestReduceScatter(t *testing.T) {
 func TestAllReduce(t *testing.T) {
 	defer func(old int) { pieceElems = old }(pieceElems)
 	pieceElems = Unit
-	for _, mode := range []quant.Mode{quant.Int8, quant.Int4} {
+	for _, mode := range []quant.Mode{quant.Int8, quant.Int4, quant.FP8} {
 		for _, lay := range layouts {
 			for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16} {
 				for _, numel := range []int{7, 5*Unit + 3} {
@@ -272,6 +282,16 @@ func TestAllReduce(t *testing.T) {
 					}
 					// against float64: the reduction's bound, plus the second coding
 					got := getFloats(dt, outs[0])
+					if mode == quant.FP8 {
+						requireRelL2(t, got, func(i int) float64 {
+							ref := 0.0
+							for r := range n {
+								ref += getFloats(dt, whole[r][0][i*es:(i+1)*es])[0]
+							}
+							return ref / float64(avg)
+						}, 0.045, name)
+						continue
+					}
 					for j := range n {
 						lo, hi := min(numel, nb*j/n*Unit), min(numel, nb*(j+1)/n*Unit)
 						vals := make([][][]float64, n)
@@ -311,5 +331,24 @@ func TestAllReduce(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// requireRelL2 checks ||got - ref|| / ||ref|| <= bound over the elements
+// whose reference is finite (the others, NaN and Inf, must match it).
+func requireRelL2(t *testing.T, got []float64, ref func(i int) float64, bound float64, name string) {
+	t.Helper()
+	var num, den float64
+	for i, g := range got {
+		r := ref(i)
+		if math.IsNaN(r) || math.IsInf(r, 0) {
+			require.Equal(t, math.IsNaN(r), math.IsNaN(g), "%s: element %d: %v", name, i, g)
+			require.Equal(t, math.IsInf(r, 1), math.IsInf(g, 1), "%s: element %d: %v", name, i, g)
+			continue
+		}
+		num, den = num+(g-r)*(g-r), den+r*r
+	}
+	if den > 0 {
+		require.LessOrEqual(t, math.Sqrt(num/den), bound, name)
 	}
 }
