@@ -124,8 +124,15 @@ def encode(bits: np.ndarray, dt: str, block: int) -> tuple[bytes, bytes]:
     return header + b"".join(scales) + b"".join(codes), b"".join(exact)
 
 
-def decode(main: bytes, exact: bytes, dt: str) -> np.ndarray:
-    """The decoded elements (dt's bits) of an fp8 message of dt."""
+def values(main: bytes, exact: bytes, dt: str) -> np.ndarray:
+    """The float32 values of an fp8 message of dt, as dequantize+reduce
+    adds them (not rounded to dt; exact blocks widened)."""
+    return from_bits(decode(main, exact, dt, wide=True), "float32")
+
+
+def decode(main: bytes, exact: bytes, dt: str, wide: bool = False) -> np.ndarray:
+    """The decoded elements of an fp8 message of dt: dt's bits, or with
+    wide float32 bits unrounded."""
     n, = struct.unpack_from("<Q", main, 8)
     block = 1 << main[5]
     nb = -(-n // block)
@@ -139,9 +146,10 @@ def decode(main: bytes, exact: bytes, dt: str) -> np.ndarray:
         if s_bits == 0xFFFFFFFF:
             raw = exact[off:off + m * es]
             off += m * es
-            out.append(np.frombuffer(raw, np.uint32 if es == 4 else np.uint16))
+            raw = np.frombuffer(raw, np.uint32 if es == 4 else np.uint16)
+            out.append(from_bits(raw, dt).view(np.uint32) if wide else raw)
             continue
         s = np.frombuffer(main, F32, 1, 24 + 8 * b)[0]
         v = fwht(vals[codes[b * block:(b + 1) * block]])
-        out.append(to_bits(v[:m] * (s / F32(block)), dt))
+        out.append(to_bits(v[:m] * (s / F32(block)), "float32" if wide else dt))
     return np.concatenate(out)
