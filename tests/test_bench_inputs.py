@@ -79,10 +79,36 @@ def test_backend_entries():
                                                           "all_reduce": "int8"}
     assert parse_backend("zipccl+int4").lossy_policy() == {"all_gather": "int8", "reduce_scatter": "int4",
                                                           "all_reduce": "int4"}
+    assert parse_backend("zipccl+fp8").lossy_policy() == {"all_gather": "fp8", "reduce_scatter": "fp8",
+                                                         "all_reduce": "fp8"}
     for bad in ("gloo:never", "gloo+enc", "gloo+int8", "zipccl+zip", "zipccl+enc+enc", "zipccl:sometimes",
-                "zipccl@gpu", "zipccl+int8+int4"):
+                "zipccl@gpu", "zipccl+int8+int4", "zipccl+fp8+int8", "gloo+fp8"):
         with pytest.raises(ValueError, match="--backends"):
             parse_backend(bad)
+
+
+def test_lossy_check_bounds_the_fp8_error():
+    # the benchmark's fp8 bound holds for the format's real coding (the
+    # NumPy reference, with outliers that the transform spreads), and a
+    # wrong value fails it
+    import numpy as np
+    import torch
+    from fp8_reference import decode, encode, to_bits
+    from zipccl.bench.ops import compare, lossy_tolerance
+    from zipccl.bench.specs import OPS
+
+    x = torch.randn(2 * 5000) * 0.02
+    x[::997] *= 50
+    ref = x.to(torch.bfloat16)
+    halves = [to_bits(h.float().numpy(), "bfloat16") for h in ref.reshape(2, -1)]
+    got = torch.cat([torch.from_numpy(decode(*encode(b, "bfloat16", 256), "bfloat16").view(np.int16)).view(torch.bfloat16)
+                     for b in halves])
+    tol = lossy_tolerance(OPS["all_gather"], ref, 2, {"all_gather": "fp8"}, None)
+    assert not torch.equal(got, ref)
+    assert compare(OPS["all_gather"], got, ref, tol)[0] == "ok"
+    wrong = got.clone()
+    wrong[7] = wrong[7] + 0.5
+    assert compare(OPS["all_gather"], wrong, ref, tol)[0] == "FAIL"
 
 
 def test_lossy_check_bounds_the_int8_error():

@@ -39,7 +39,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(nccl, coded, staged), zipccl+enc with its pairs encrypted (AES-256-GCM), zipccl+flat without the hierarchical "
                         "algorithms on hosts of several ranks, zipccl+int8 with the lossy int8 policy for all_gather, "
                         "reduce_scatter and all_reduce, zipccl+int4 with int4 for the reductions and int8 for "
-                        "all_gather (checked against the bound of their quantizations), e.g. "
+                        "all_gather, zipccl+fp8 with TACO's fp8 for all three "
+                        "(checked against the bound of their quantizations), e.g. "
                         "gloo,zipccl,zipccl:never@staged,zipccl+enc")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the tensors live (default cpu); cuda puts every rank's on GPU rank mod "

@@ -135,7 +135,7 @@ def reorder_tolerance(inp: torch.Tensor, total: torch.Tensor, world_size: int) -
     return total * ((world_size - 1) * eps) + tiny
 
 
-LOSSY_BLOCK = {"int8": 2048, "int4": 256}  # backend/lossy.BlockOf
+LOSSY_BLOCK = {"int8": 2048, "int4": 256, "fp8": 256}  # backend/lossy.BlockOf (fp8: the default fp8_block)
 LOSSY_QMAX = {"int8": 127, "int4": 7}
 
 
@@ -149,10 +149,28 @@ def _block_absmax(x: torch.Tensor, block: int) -> torch.Tensor:
     return out
 
 
+def _block_l2(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Each element's block's L2 norm (blocks along the last dimension)."""
+    out = torch.empty_like(x)
+    for lo in range(0, x.shape[-1], block):
+        b = x[..., lo:lo + block]
+        out[..., lo:lo + block] = b.norm(dim=-1, keepdim=True)
+    return out
+
+
+def _fp8_step(x: torch.Tensor, block: int) -> torch.Tensor:
+    """An fp8 coding's bound per element (docs/FORMAT.md 11): the E4M3
+    rounding errs by at most 2^-4 of each transformed value (2^-10 of the
+    scale below 2^-6), and the inverse transform spreads an error vector e
+    over the block as at most ||e|| / sqrt(B) per element, so at most
+    2^-4 ||x_block|| (plus the subnormal floor, within the 1e-2 margin)."""
+    return _block_l2(x, block) * 2.0 ** -4 * (1 + 1e-2)
+
+
 def lossy_tolerance(spec: OpSpec, ref: torch.Tensor, n: int, modes: dict[str, str],
                     total: torch.Tensor | None) -> torch.Tensor | None:
     """The bound of a lossy op's output against the exact one (ref), per
-    element: half a step (absmax / qmax / 2) per quantization on the way,
+    element: half a step (absmax / qmax / 2; fp8: _fp8_step) per quantization on the way,
     plus the rounding to the dtype. all_gather: one, of each shard's block.
     reduce_scatter: one per contribution that crosses to the owner, each
     block's absmax at most that of sum(|x_i|) (total), so n-1 of those.
@@ -161,9 +179,19 @@ def lossy_tolerance(spec: OpSpec, ref: torch.Tensor, n: int, modes: dict[str, st
     mode = modes.get(spec.name)
     if mode is None or not ref.dtype.is_floating_point:
         return None
-    q, block = LOSSY_QMAX[mode], LOSSY_BLOCK[mode]
+    block = LOSSY_BLOCK[mode]
     ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}.get(ref.dtype, 0.0)
     x = ref.detach().cpu().double()
+    if mode == "fp8":
+        if spec.name == "all_gather":
+            x = x.reshape(n, -1)
+            return (_fp8_step(x, block) + x.abs() * ulp).reshape(ref.shape)
+        a = total.double().reshape(x.shape)
+        first = _fp8_step(a, block) * (n - 1) + a * n * 2.0 ** -24
+        if spec.name == "all_reduce":
+            first = first + _fp8_step(a, block) + _fp8_step(first, block)
+        return first + (x.abs() + first) * ulp
+    q = LOSSY_QMAX[mode]
     if spec.name == "all_gather":
         x = x.reshape(n, -1)
         return (_block_absmax(x, block) / q / 2 * (1 + 1e-4) + x.abs() * ulp).reshape(ref.shape)

@@ -142,24 +142,29 @@ def format_bytes(n: float) -> str:
 
 class BackendSpec(NamedTuple):
     """One --backends entry: a backend name, or
-    zipccl[:MODE][@PATH][+enc][+flat][+int8|+int4] for zipccl with
+    zipccl[:MODE][@PATH][+enc][+flat][+int8|+int4|+fp8] for zipccl with
     compression MODE, GPU path PATH, its pairs encrypted, the flat
     algorithms on hosts of several ranks, and a lossy policy (min_bytes 0):
     +int8 codes all_gather, reduce_scatter and all_reduce as int8; +int4
     codes reduce_scatter and all_reduce as int4 and all_gather as int8
-    (ZeRO++'s pair), on that group only. Absent parts are '' (False)."""
+    (ZeRO++'s pair); +fp8 codes all three as TACO's fp8 (block 256); on
+    that group only. Absent parts are '' (False)."""
 
     name: str
     mode: str = ""
     path: str = ""
     encrypt: bool = False
     flat: bool = False
-    lossy: str = ""  # "int8" or "int4": the policy lossy_policy gives
+    lossy: str = ""  # "int8", "int4" or "fp8": the policy lossy_policy gives
 
     def lossy_policy(self) -> dict[str, str] | None:
         if not self.lossy:
             return None
-        return {"all_gather": "int8", "reduce_scatter": self.lossy, "all_reduce": self.lossy}
+        return {"all_gather": "int8" if self.lossy == "int4" else self.lossy,
+                "reduce_scatter": self.lossy, "all_reduce": self.lossy}
+
+
+LOSSY_FLAGS = ("int8", "int4", "fp8")
 
 
 def parse_backend(entry: str) -> BackendSpec:
@@ -169,16 +174,16 @@ def parse_backend(entry: str) -> BackendSpec:
     rest, _, path = rest.partition("@")
     name, _, mode = rest.partition(":")
     for flag in flags:
-        if flag not in ("enc", "flat", "int8", "int4") or flags.count(flag) > 1:
+        if flag not in ("enc", "flat") + LOSSY_FLAGS or flags.count(flag) > 1:
             raise ValueError(f"--backends: {entry!r}: the suffixes are +enc (encrypted pairs), +flat "
-                             "(no hierarchical algorithms) and +int8 or +int4 (lossy policy), once each")
-    if "int8" in flags and "int4" in flags:
-        raise ValueError(f"--backends: {entry!r}: +int8 or +int4, not both")
+                             "(no hierarchical algorithms) and +int8, +int4 or +fp8 (lossy policy), once each")
+    if sum(f in LOSSY_FLAGS for f in flags) > 1:
+        raise ValueError(f"--backends: {entry!r}: one of +int8, +int4 and +fp8")
     if (mode or path or flags) and name != "zipccl":
-        raise ValueError(f"--backends: {entry!r}: only zipccl takes a mode, a GPU path, +enc, +flat, +int8 or +int4")
+        raise ValueError(f"--backends: {entry!r}: only zipccl takes a mode, a GPU path, +enc, +flat or a lossy suffix")
     if mode and mode not in ("auto", "always", "never"):
         raise ValueError(f"--backends: {entry!r}: the mode is one of auto, always, never")
     if path and path not in ("nccl", "coded", "staged", "auto"):
         raise ValueError(f"--backends: {entry!r}: the GPU path is one of nccl, coded, staged, auto")
-    lossy = next((f for f in flags if f in ("int8", "int4")), "")
+    lossy = next((f for f in flags if f in LOSSY_FLAGS), "")
     return BackendSpec(name, mode, path, "enc" in flags, "flat" in flags, lossy)
