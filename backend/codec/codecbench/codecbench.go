@@ -19,6 +19,9 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/internal/bufs"
+	"github.com/zipccl/zipccl/backend/quant"
+	"github.com/zipccl/zipccl/backend/reduce"
 )
 
 // Options tunes a run. The zero value measures everything with defaults.
@@ -165,6 +168,9 @@ func Run(data []byte, dt dtype.DType, opts Options) []Row {
 	})
 	if !o.SkipExternal {
 		later = append(later, huff0Rows(&t, syms, restBytes, n, dt), zstdRows(&t, data, dt))
+	}
+	if quant.Supported(dt) {
+		later = append(later, fp8Rows(&t, data, dt))
 	}
 	t.run(&o)
 
@@ -337,4 +343,65 @@ func (r Row) String() string {
 	}
 	return fmt.Sprintf("%-13s %-6s %-9s ratio %.4f  %7.2f GB/s (cpu %7.2f)  %5.1f%% of memcpy (cpu %5.1f%%)",
 		r.Name, r.Op, r.DType, r.Ratio, r.GBps, r.CPUGBps, 100*r.VsMemcpy, 100*r.VsMemcpyCPU)
+}
+
+// fp8Block is the lossy collectives' default fp8 block (lossy.DefaultFP8Block).
+const fp8Block = 256
+
+// fp8Rows measures the lossy fp8 coding (package quant, TACO) of the same
+// buffer: not a lossless codec, so its rows note the relative L2 error.
+func fp8Rows(t *timers, data []byte, dt dtype.DType) func() []Row {
+	n := len(data)
+	numel := n / dt.Size()
+	main := make([]byte, quant.MainLen(quant.FP8, numel, fp8Block))
+	exact, err := quant.Encode(main, nil, data, dt, quant.FP8, fp8Block)
+	if err != nil {
+		return func() []Row {
+			return []Row{{Name: "fp8", Op: "encode", DType: dt.String(), Bytes: n, Error: err.Error()}}
+		}
+	}
+	out := make([]byte, n)
+	derr := quant.Decode(out, main, exact, dt)
+	coded := len(main) + len(exact)
+	note := "lossy: TACO's fp8, blocks of 256 (docs/FORMAT.md 11); " + relError(data, out, dt)
+	var scratch []byte
+	et := t.add(func() { scratch, _ = quant.Encode(main, scratch[:0], data, dt, quant.FP8, fp8Block) })
+	dtm := t.add(func() { quant.Decode(out, main, exact, dt) })
+	return func() []Row {
+		row := func(op string, tm *timing) Row {
+			return Row{Name: "fp8", Op: op, DType: dt.String(), Kind: "fp8", Bytes: n, Encoded: coded,
+				Ratio: float64(n) / float64(coded), GBps: gbps(n, tm.wall), CPUGBps: gbps(n, tm.cpu),
+				NsPerOp: float64(tm.wall.Nanoseconds()), Note: note}
+		}
+		r1, r2 := row("encode", et), row("decode", dtm)
+		if derr != nil {
+			r2.Error = derr.Error()
+		}
+		return []Row{r1, r2}
+	}
+}
+
+// relError is the relative L2 error of got against want over their finite
+// elements, as text.
+func relError(want, got []byte, dt dtype.DType) string {
+	w, g := make([]float32, len(want)/dt.Size()), make([]float32, len(got)/dt.Size())
+	if dt == dtype.Float32 {
+		copy(w, bufs.Float32s(want))
+		copy(g, bufs.Float32s(got))
+	} else {
+		reduce.Widen(dt, w, want)
+		reduce.Widen(dt, g, got)
+	}
+	var num, den float64
+	for i, x := range w {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			continue
+		}
+		d := float64(g[i]) - float64(x)
+		num, den = num+d*d, den+float64(x)*float64(x)
+	}
+	if den == 0 {
+		return "relative L2 error 0"
+	}
+	return fmt.Sprintf("relative L2 error %.4f", math.Sqrt(num/den))
 }

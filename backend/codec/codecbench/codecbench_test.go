@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,9 +36,14 @@ func TestRun(t *testing.T) {
 		t.Log(r)
 	}
 	for _, want := range []string{"memcpy/copy", "raw/encode", "raw/decode", "zip3/encode", "zip3/decode", "huff/encode", "huff/decode",
-		"auto/encode", "auto/decode", "huff0-4x/encode", "huff0-4x/decode", "zstd-fastest/encode", "zstd-fastest/decode", "entropy/bound"} {
+		"auto/encode", "auto/decode", "huff0-4x/encode", "huff0-4x/decode", "zstd-fastest/encode", "zstd-fastest/decode", "entropy/bound", "fp8/encode", "fp8/decode"} {
 		if !names[want] {
 			t.Errorf("missing row %s", want)
+		}
+	}
+	for _, r := range rows {
+		if r.Name == "fp8" && (r.Ratio < 1.9 || r.Ratio > 1.95 || !strings.Contains(r.Note, "relative L2 error 0.02")) {
+			t.Errorf("fp8 row: bf16 at 1 + 8/256 bytes an element, error about 0.026: %+v", r)
 		}
 	}
 	if _, err := json.Marshal(rows); err != nil {

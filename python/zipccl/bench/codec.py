@@ -6,7 +6,10 @@ same-size memcpy, encode and decode of each codec (raw, zip3, huff, auto),
 klauspost/compress huff0 on the exponent bytes (the symbol stream huff
 codes; the rest of each element counted raw), zstd (fastest) on the raw
 bytes, and the order-0 entropy of the exponent bytes with the ratio it
-bounds. Python only prepares the data and prints the table.
+bounds; and, for float32, bfloat16 and float16, the lossy fp8 coding of
+the tensor-parallel collectives (TACO, blocks of 256; not a lossless
+codec: its row notes the relative L2 error). Python only prepares the
+data and prints the table.
 
 Data sets (``--data``):
 
@@ -439,7 +442,7 @@ def format_dataset(ds: DataSet, codecs: list[str]) -> list[str]:
     pad = " " * len(lead)
     mem = by.get(("memcpy", "copy"))
     lines.append(lead + f"{'memcpy':<13} {'':<5} {1.0:>7.4f}  {_fmt_gbps(mem):>8} {_fmt_gbps(mem, 'cpu_gbps'):>7}")
-    for name in list(codecs) + ["huff0-4x", "zstd-fastest"]:
+    for name in list(codecs) + ["huff0-4x", "zstd-fastest", "fp8"]:
         enc, dec = by.get((name, "encode")), by.get((name, "decode"))
         if enc is None and dec is None:
             continue
@@ -454,6 +457,8 @@ def format_dataset(ds: DataSet, codecs: list[str]) -> list[str]:
         for rr in (enc, dec):
             if rr is not None and rr.get("error"):
                 lines.append(pad + f"  {rr.get('op')}: {rr['error']}")
+        if name == "fp8" and r.get("note"):
+            lines.append(pad + "  " + r["note"].split("; ")[-1] + " (lossy)")
     ent = by.get(("entropy", "bound"))
     if ent is not None:
         lines.append(pad + f"{'entropy bound':<19} {ent.get('ratio', 0.0):>7.4f}  "
