@@ -174,3 +174,28 @@ def test_clean_exit_with_work_in_flight():
     results = launch(EXIT_IN_FLIGHT, 6, timeout=120)
     bad = [r for r in results if r.returncode != 0 or "exiting" not in r.stdout]
     assert not bad, "\n".join(f"run {r.rank}: status {r.returncode}: {r.stderr[-500:]}" for r in bad)
+
+
+LINK = r"""
+import datetime, torch, torch.distributed as dist, zipccl
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=30))
+before = zipccl.link_model()
+x = torch.randn(1 << 20, dtype=torch.bfloat16)
+dist.all_reduce(x)  # the first op the switcher could code: the group measures itself
+m = zipccl.link_model()
+print("RESULT", before, m.latency_s, m.bytes_per_s, m.local, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_link_model_is_measured_once_and_agreed():
+    res = launch(LINK, 2, timeout=120)
+    lines = []
+    for r in res:
+        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+        assert line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-2000:]}"
+        lines.append(line[0])
+    _, before, latency, bw, local = lines[0].split()
+    assert before == "None", "not measured before the first codable op"
+    assert 0 < float(latency) < 0.1 and float(bw) > 1e7 and local == "True", lines[0]
+    assert lines[1] == lines[0], "the same model on every rank"

@@ -180,8 +180,19 @@ func TestCompressionModeMismatch(t *testing.T) {
 
 // Under auto on loopback, the group measures itself once, finds every link
 // inside one network namespace, and the switcher keeps payloads uncoded.
+// Stats show the measured link (zipccl.link_model) once it is measured.
 func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 	r := newRigOpts(t, 2, func(int) map[string]string { return map[string]string{"compress": "auto"} })
+	link := func() map[string]any {
+		var st struct {
+			Link map[string]any `json:"link"`
+		}
+		js, err := r.comms[1].Stats()
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(js, &st))
+		return st.Link
+	}
+	require.Equal(t, map[string]any{"measured": false}, link())
 	for i := 0; i < 2; i++ {
 		for _, x := range r.everyRank(func(rank int) *Op {
 			b := gaussBF16(uint64(rank), 1<<20)
@@ -199,6 +210,8 @@ func TestAutoProbesAndStaysRawOnLoopback(t *testing.T) {
 		require.Equal(t, r.comms[0].z.ratios, c.z.ratios)
 	}
 	require.True(t, r.comms[0].z.profile.NoCompress, "loopback links are not coded")
+	p := r.comms[0].z.profile
+	require.Equal(t, map[string]any{"measured": true, "latency_s": p.Alpha, "bytes_per_s": 1 / p.Beta, "local": true}, link())
 	require.True(t, r.comms[0].z.local, "loopback links are local")
 	st := opStats(t, r.comms[0])["all_gather"]
 	require.Equal(t, int64(2), st.Count)

@@ -121,7 +121,22 @@ func (c *Comm) Stats() ([]byte, error) {
 		ops[k] = x
 	}
 	out["ops"] = ops
+	out["link"] = c.linkModel()
 	return json.Marshal(out)
+}
+
+// linkModel is the group's link as the switcher measured it (the worst
+// link's latency and bandwidth, the same on every rank; see probe), for
+// callers that size their own messages (zipccl.link_model). It is measured
+// at the first op the switcher could code under compression auto; before
+// that, or under another mode, only "measured": false.
+func (c *Comm) linkModel() map[string]any {
+	z := c.shared.Load()
+	if z == nil || !z.profile.Measured || z.profile.Beta <= 0 {
+		return map[string]any{"measured": false}
+	}
+	return map[string]any{"measured": true, "latency_s": z.profile.Alpha,
+		"bytes_per_s": 1 / z.profile.Beta, "local": z.profile.NoCompress}
 }
 
 func (s *stats) summary() string {

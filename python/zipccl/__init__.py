@@ -26,8 +26,8 @@ from .hosts import host_groups, host_mesh, topology
 
 __version__ = "0.1.0"
 
-__all__ = ["Options", "__version__", "codec", "host_groups", "host_mesh", "info", "library_path", "set_lossy", "stats",
-           "topology"]
+__all__ = ["LinkModel", "Options", "__version__", "codec", "host_groups", "host_mesh", "info", "library_path",
+           "link_model", "set_lossy", "stats", "topology"]
 
 BACKEND_NAME = "zipccl"
 
@@ -268,8 +268,34 @@ def stats(group: Any = None) -> dict[str, Any]:
     (calls its measured feedback ran another way than the cost model
     chose: uncoded, or with the other codec), and ``lossy_calls`` and
     ``lossy_bytes`` per lossy mode. ``lossy`` is the group's lossy policy
-    ("lossless" unless one was set)."""
+    ("lossless" unless one was set). ``link`` is the measured link
+    (``link_model``)."""
     return json.loads(_runtime()._stats(_zipccl_backend(group)))
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """A group's link as zipccl measured it: sending n bytes to a peer
+    takes about ``latency_s + n / bytes_per_s`` seconds on its slowest
+    link. ``local``: every link stays inside one host (memory, loopback)."""
+
+    latency_s: float
+    bytes_per_s: float
+    local: bool
+
+
+def link_model(group: Any = None) -> LinkModel | None:
+    """The latency (α) and bandwidth (β, bytes per second) of the group's
+    slowest link, as zipccl's compression switcher measured them, the same
+    on every rank; for code that sizes its own messages, such as
+    ``zipccl.hooks``' choice of the largest rank worth compressing. The
+    group measures itself once, at its first collective the switcher could
+    code (a float tensor of at least 64 KiB) under compression ``auto``
+    (the default); before that, or under another mode, None."""
+    link = stats(group).get("link", {})
+    if not link.get("measured"):
+        return None
+    return LinkModel(float(link["latency_s"]), float(link["bytes_per_s"]), bool(link["local"]))
 
 
 def set_lossy(group: Any = None, *, min_bytes: int | None = None, fp8_block: int | None = None,
