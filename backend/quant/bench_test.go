@@ -62,3 +62,18 @@ func BenchmarkAccumulateInt4(b *testing.B) {
 		}
 	}
 }
+
+// The fp8 benchmarks use the policy's default block, 256.
+func BenchmarkEncodeFP8BF16(b *testing.B) { benchEncode(b, FP8, 256) }
+func BenchmarkDecodeFP8BF16(b *testing.B) { benchDecode(b, FP8, 256) }
+
+// BenchmarkAccumulateFP8 adds one fp8 message into float32 accumulators.
+func BenchmarkAccumulateFP8(b *testing.B) {
+	_, main := benchCoded(b, FP8, 256)
+	acc := make([]float32, benchNumel)
+	for b.Loop() {
+		if err := Accumulate(acc, main, nil, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

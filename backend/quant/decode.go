@@ -125,11 +125,10 @@ func Decode(dst, main, exact []byte, dt dtype.DType) error {
 		return corrupt("message of %d %v elements, want %d bytes of %v", h.Numel, h.DType, len(dst), dt)
 	}
 	var tab [256]uint32
-	var wide []float32 // float32 exact blocks narrowed to dt; fp8 values
+	var wide []float32 // float32 exact blocks narrowed to dt
 	var f *fp8Scratch
 	if h.Mode == FP8 {
 		f = newFP8Scratch(h.Block)
-		wide = make([]float32, h.Block)
 	}
 	_, err = walk(main, exact, func(b block) bool {
 		out := dst[b.lo*es : b.hi*es]
@@ -143,9 +142,7 @@ func Decode(dst, main, exact []byte, dt dtype.DType) error {
 			return true
 		}
 		if f != nil {
-			w := wide[:b.hi-b.lo]
-			f.decode(w, b.codes, b.scale)
-			narrow(dt, out, w)
+			f.decodeTo(dt, out, b.codes, b.scale)
 			return true
 		}
 		codeTable(h.Mode, dt, b.scale, &tab)
@@ -175,11 +172,12 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 	}
 	_, err = walk(main, exact, func(b block) bool {
 		a := acc[b.lo:b.hi]
-		if b.raw != nil || f != nil { // exact blocks, and fp8's decoded ones
+		if b.raw == nil && f != nil {
+			f.accumulate(a, b.codes, b.scale, first)
+			return true
+		}
+		if b.raw != nil { // exact blocks
 			switch {
-			case b.raw == nil:
-				wide = append(wide[:0], make([]float32, len(a))...)
-				f.decode(wide, b.codes, b.scale)
 			case h.DType == dtype.Float32:
 				wide = append(wide[:0], bufs.Float32s(b.raw)...)
 			default:

@@ -21,7 +21,8 @@ import (
 // x' = H(q)·(s/B). α travels as TACO's format has it (its decoder
 // divides by it; this one needs no division). Every step is a float32 one,
 // rounded to nearest even, in the order written here, which a CUDA block
-// follows thread for thread.
+// follows thread for thread, and the AVX2 path (fp8_amd64.s, chosen by
+// useAVX2) operation for operation: its bytes are the portable code's.
 
 const (
 	fp8Max = 448 // E4M3's largest finite value, max|u|'s code
@@ -55,13 +56,19 @@ func newFP8Scratch(block int) *fp8Scratch {
 func (f *fp8Scratch) encode(dt dtype.DType, codes, raw []byte) (s, alpha float32, ok bool) {
 	u := f.u
 	n := len(raw) / dt.Size()
-	widen(dt, u[:n], raw)
-	clear(u[n:])
-	alpha = fp8Alpha(u, f.t, n)
-	fwht(u)
 	var m float32
-	for _, v := range u {
-		m = max(m, abs32(v))
+	if useAVX2 {
+		sum, mbits := fp8EncodeSIMD(dt, u, f.t, raw)
+		alpha = fp8AlphaOf(sum, n)
+		m = math.Float32frombits(mbits) // the largest |u|; NaN or Inf if any is
+	} else {
+		widen(dt, u[:n], raw)
+		clear(u[n:])
+		alpha = fp8Alpha(u, f.t, n)
+		fwht(u)
+		for _, v := range u {
+			m = max(m, abs32(v))
+		}
 	}
 	switch {
 	case !(m <= math.MaxFloat32): // the transform overflowed (Inf, or Inf-Inf)
@@ -73,8 +80,12 @@ func (f *fp8Scratch) encode(dt dtype.DType, codes, raw []byte) (s, alpha float32
 		return 0, 0, false
 	}
 	inv := float32(fp8Max / m)
-	for i, v := range u {
-		codes[i] = dtype.F32ToE4M3FN(v * inv)
+	done := 0
+	if useAVX2 {
+		done = e4m3SIMD(codes, u, inv)
+	}
+	for i, v := range u[done:] {
+		codes[done+i] = dtype.F32ToE4M3FN(v * inv)
 	}
 	return m / fp8Max, alpha, true
 }
@@ -91,7 +102,12 @@ func fp8Alpha(u, t []float32, n int) float32 {
 			t[i] += t[i+h]
 		}
 	}
-	sigma := float32(math.Sqrt(float64(t[0]/float32(n) + fp8Eps))) // float64 sqrt rounds to float32 exactly
+	return fp8AlphaOf(t[0], n)
+}
+
+// fp8AlphaOf is τ/σ for the sum of squares sum of n elements.
+func fp8AlphaOf(sum float32, n int) float32 {
+	sigma := float32(math.Sqrt(float64(sum/float32(n) + fp8Eps))) // float64 sqrt rounds to float32 exactly
 	return fp8Tau / sigma
 }
 
@@ -116,13 +132,68 @@ func fwht(u []float32) {
 // apart, and normal: see fp8Tiny).
 func (f *fp8Scratch) decode(out []float32, codes []byte, s float32) {
 	u := f.u
-	for i, c := range codes {
-		u[i] = f.val[c]
-	}
-	fwht(u)
 	k := s / float32(len(u))
-	for i := range out {
+	done := 0
+	if useAVX2 {
+		fp8DecodeSIMD(u, codes)
+		done = fp8ScaleSIMD(out, u, k, false)
+	} else {
+		for i, c := range codes {
+			u[i] = f.val[c]
+		}
+		fwht(u)
+	}
+	for i := done; i < len(out); i++ {
 		out[i] = u[i] * k
+	}
+}
+
+// decodeTo is decode rounded to dt into dst (len(dst)/dt.Size() elements),
+// the product and the narrowing in one pass on the AVX2 path.
+func (f *fp8Scratch) decodeTo(dt dtype.DType, dst, codes []byte, s float32) {
+	w := f.t[:len(dst)/dt.Size()]
+	if !useAVX2 {
+		f.decode(w, codes, s)
+		narrow(dt, dst, w)
+		return
+	}
+	u := f.u
+	k := s / float32(len(u))
+	fp8DecodeSIMD(u, codes)
+	done := fp8NarrowSIMD(dt, dst, u, k)
+	if w = w[done:]; len(w) > 0 {
+		for i := range w {
+			w[i] = u[done+i] * k
+		}
+		narrow(dt, dst[done*dt.Size():], w)
+	}
+}
+
+// accumulate adds a block's float32 values to a (len(a) elements), or
+// with first sets a to them.
+func (f *fp8Scratch) accumulate(a []float32, codes []byte, s float32, first bool) {
+	if useAVX2 {
+		u := f.u
+		k := s / float32(len(u))
+		fp8DecodeSIMD(u, codes)
+		done := fp8ScaleSIMD(a, u, k, !first)
+		for i := done; i < len(a); i++ {
+			if first {
+				a[i] = u[i] * k
+			} else {
+				a[i] += float32(u[i] * k) // two roundings, never an FMA
+			}
+		}
+		return
+	}
+	w := f.t[:len(a)]
+	f.decode(w, codes, s)
+	if first {
+		copy(a, w)
+		return
+	}
+	for i, v := range w {
+		a[i] += v
 	}
 }
 
