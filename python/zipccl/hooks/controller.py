@@ -1,0 +1,128 @@
+"""EDGC's dynamic alignment compressor: the window rules that turn the
+entropy of each window into a rank, and the rank bound from a link model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from .error_model import rank_after_entropy_change
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowRecord:
+    """What one window decided: the iterations done at its end, the window's
+    mean entropy (agreed over the group), Eq. 15's unclamped rank, and the
+    stage's rank from then on (None: not compressing yet)."""
+
+    iteration: int
+    entropy: float
+    target: float
+    rank: int | None
+
+
+class RankController:
+    """Per-window rank decisions, identical on every rank given the same
+    (agreed) window entropies.
+
+    The error budget is anchored at the first window: rank r_max's error at
+    the entropy H_0 of the first window ("the compression error of the
+    maximum rank, from the initial gradients"). At the end of window w with
+    mean entropy H_w, Eq. 15 gives the rank that keeps that error,
+    target = g^-1(e^(2 (H_0 - H_w)) g(r_max)), for the reference shape (the
+    largest matrix). Then:
+
+    * warm-up: nothing is compressed until at least warmup_iterations are done
+      and round(target) < r_max; compression then starts from r_max;
+    * the base rank (pipeline stage 1's) moves toward round(target) by at most
+      max_step per window and stays in [r_min, r_max];
+    * stage alignment: stage i (0-based, i = stage) uses
+      base + i * stage_offset, stage_offset = t_b / k (a micro-batch's
+      backward time over the seconds one unit of rank adds to the DP
+      all-reduce), clamped to [r_min, r_max], so that later-starting stages
+      finish their DP sync with stage 1.
+    """
+
+    def __init__(self, r_min: int, r_max: int, warmup_iterations: int, max_step: int = 8, stage: int = 0,
+                 stage_offset: float = 0.0) -> None:
+        if not 1 <= r_min <= r_max:
+            raise ValueError(f"need 1 <= r_min <= r_max, got r_min={r_min} r_max={r_max}")
+        if max_step < 1:
+            raise ValueError(f"max_step must be >= 1, got {max_step}")
+        if stage < 0 or stage_offset < 0:
+            raise ValueError(f"stage and stage_offset must be >= 0, got {stage} and {stage_offset}")
+        self.r_min = r_min
+        self.r_max = r_max
+        self.warmup_iterations = warmup_iterations
+        self.max_step = max_step
+        self.stage = stage
+        self.stage_offset = stage_offset
+        self.h_ref: float | None = None
+        self.base_rank: int | None = None
+
+    @property
+    def rank(self) -> int | None:
+        """This stage's rank, or None while in warm-up (no compression)."""
+        if self.base_rank is None:
+            return None
+        return min(max(round(self.base_rank + self.stage * self.stage_offset), self.r_min), self.r_max)
+
+    def end_window(self, entropy: float, iterations_done: int, shape: tuple[int, int]) -> WindowRecord:
+        """Applies one window's mean entropy; shape is the reference matrix."""
+        cap = min(self.r_max, *shape)
+        lo = min(self.r_min, cap)
+        if self.h_ref is None:
+            self.h_ref = entropy
+        target = rank_after_entropy_change(cap, shape[0], shape[1], self.h_ref - entropy)
+        if self.base_rank is None:
+            if iterations_done < self.warmup_iterations or round(target) >= cap:
+                return WindowRecord(iterations_done, entropy, target, None)
+            previous = cap
+        else:
+            previous = self.base_rank
+        step = min(max(round(target), previous - self.max_step), previous + self.max_step)
+        self.base_rank = min(max(step, lo), cap)
+        return WindowRecord(iterations_done, entropy, target, self.rank)
+
+
+def allreduce_seconds(nbytes: float, world_size: int, latency_s: float, bytes_per_s: float) -> float:
+    """A ring all-reduce's time under the link model alpha + bytes/beta per
+    step: 2(W-1) steps, each moving nbytes/W."""
+    if world_size < 2:
+        return 0.0
+    steps = 2 * (world_size - 1)
+    return steps * latency_s + steps * nbytes / (world_size * bytes_per_s)
+
+
+def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: float, bytes_per_s: float,
+             compress_s_per_rank: float, grad_bytes: int = 4, factor_bytes: int = 4) -> int:
+    """r_max from a link model: the largest r for which compressing, sending
+    and decompressing beats sending the raw gradient (EDGC's Eq. 2),
+
+        T_c(r) + AR(r sum(m) fb) + AR(r sum(n) fb) < AR(sum(m n) gb),
+
+    with AR the ring all-reduce time of allreduce_seconds (latency_s per
+    step, bytes_per_s per link), the P and Q all-reduces of the compressed
+    matrices, and T_c(r) = compress_s_per_rank * r the measured local
+    compression and decompression time, linear in r (the paper's
+    T_comm = k r + b). shapes are the matrices that would be compressed;
+    grad_bytes and factor_bytes the element sizes of the raw gradient and of
+    the factors (this hook sends float32 factors). 0 when no rank pays.
+
+    This is the hook point for the backend's measured link: it takes the link
+    as arguments; pass what the group measured for latency_s and bytes_per_s.
+    """
+    if not shapes or world_size < 2:
+        return 0
+    if latency_s < 0 or bytes_per_s <= 0 or compress_s_per_rank < 0:
+        raise ValueError("need latency_s >= 0, bytes_per_s > 0, compress_s_per_rank >= 0")
+    raw = allreduce_seconds(sum(m * n for m, n in shapes) * grad_bytes, world_size, latency_s, bytes_per_s)
+    fixed = 2 * allreduce_seconds(0, world_size, latency_s, bytes_per_s)
+    per_rank = (compress_s_per_rank
+                + allreduce_seconds(sum(m + n for m, n in shapes) * factor_bytes, world_size, 0.0, bytes_per_s))
+    if raw <= fixed:
+        return 0
+    r = math.ceil((raw - fixed) / per_rank) - 1 if per_rank > 0 else max(min(s) for s in shapes)
+    return max(0, min(r, max(min(s) for s in shapes)))

@@ -1,0 +1,323 @@
+"""EDGC (entropy-driven dynamic gradient compression) as a DDP communication
+hook: PowerSGD underneath, with the rank chosen per window from the
+gradients' sampled entropy.
+
+    state = zipccl.hooks.EDGCState(group, r_min=16, r_max=64, window=1000, total_iterations=100_000)
+    ddp.register_comm_hook(state, zipccl.hooks.edgc_hook)
+
+Compression, per bucket, once warm-up is over (torch's PowerSGD hook's
+algorithm, in float32 whatever the gradients' dtype):
+
+* 1-D tensors, and matrices for which (n + m) r min_compression_rate >= n m,
+  are averaged by one plain all-reduce in the bucket's dtype;
+* every other gradient, viewed as an n x m matrix M (plus its error-feedback
+  residual), becomes P = M Q (Q warm-started from the last step and
+  orthonormalised), all-reduce(P), P orthonormalised, Q = M^T P,
+  all-reduce(Q) / W, M^ = P Q^T; the local residual (I - P P^T) M (plus
+  M^'s rounding to a half-precision gradient) goes into the next step.
+
+Ordering. Every collective is issued from the thread that calls the hooks,
+never from a future's callback: the P all-reduce of bucket b in its own hook,
+its Q all-reduce in the next bucket's hook (the last bucket's at once). So
+every rank issues the same collectives in the same order, which a backend
+that matches collectives by sequence number (zipccl, gloo) needs; torch's
+hook issues its second and third all-reduces from callbacks.
+
+Agreement. The rank changes only at a window's end, from the window's mean
+entropy all-reduced over the group (one 2-element all-reduce per window), so
+every rank computes the same rank from the same numbers.
+"""
+
+# No `from __future__ import annotations` here: DDP's register_comm_hook
+# compares edgc_hook's annotations with dist.GradBucket and
+# torch.futures.Future[torch.Tensor] as objects.
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+from .controller import RankController, WindowRecord
+from .entropy import default_bin_width, histogram_entropy, sample_elements
+
+
+def _seed(*parts: int) -> int:
+    # A hash of ints is the same in every process (PYTHONHASHSEED only
+    # randomises str and bytes), so every rank derives the same seeds.
+    return hash(parts) & (2**63 - 1)
+
+
+def orthonormalize(p: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis (reduced QR's Q) of p's columns, in float32:
+    torch's QR takes no half precision, and Householder QR needs no epsilon
+    for zero columns."""
+    return torch.linalg.qr(p.float(), mode="reduced").Q
+
+
+class EDGCState:
+    """EDGC's hyperparameters and its state across steps (errors, Q matrices,
+    entropy accumulators, the rank controller).
+
+    Args:
+        process_group: the DP group (None: the default group).
+        r_min, r_max: the rank's bounds. r_max is required for now: compute
+            it with zipccl.hooks.max_rank from the link's latency and
+            bandwidth and the measured compression time.
+        window: iterations per window; the rank changes only at a window's
+            end (paper: 1000).
+        warmup_fraction, total_iterations: no compression before
+            max(2, ceil(warmup_fraction * total_iterations)) iterations, and
+            not before Eq. 15 asks for less than r_max.
+        alpha: iteration sampling rate; entropy is measured every
+            round(1/alpha) iterations.
+        beta: the fraction of each bucket's elements sampled for the entropy.
+        stage, stage_offset: pipeline stage id (0 for stage 1) and t_b / k,
+            the extra rank per stage that aligns the stages' DP sync
+            (r_i = r_1 + (i - 1) t_b / k).
+        min_compression_rate: a matrix is compressed only if
+            (n + m) r min_compression_rate < n m, as in torch's hook.
+        max_step: the largest rank change per window (paper: 8).
+        seed: seeds Q's random initialisation (the same on every rank) and
+            the entropy samples.
+
+    The state pickles (torch.save) without its process group, which
+    unpickling sets to the default group, as torch's PowerSGDState does; set
+    ``process_group`` afterwards for another group. torch.load needs
+    ``weights_only=False`` for it.
+    """
+
+    def __init__(self, process_group: dist.ProcessGroup | None, *, r_min: int = 16, r_max: int | None = None,
+                 window: int = 1000, warmup_fraction: float = 0.1, total_iterations: int, alpha: float = 0.1,
+                 beta: float = 0.25, stage: int = 0, stage_offset: float = 0.0, min_compression_rate: float = 2.0,
+                 max_step: int = 8, seed: int = 0) -> None:
+        if r_max is None:
+            raise ValueError("EDGCState needs r_max: compute it with zipccl.hooks.max_rank(...) from the link's "
+                             "latency and bandwidth and the measured compression time")
+        if window < 1 or total_iterations < 1:
+            raise ValueError(f"window and total_iterations must be >= 1, got {window} and {total_iterations}")
+        if not 0 < alpha <= 1 or not 0 < beta <= 1:
+            raise ValueError(f"alpha and beta must be in (0, 1], got {alpha} and {beta}")
+        if not 0 <= warmup_fraction <= 1:
+            raise ValueError(f"warmup_fraction must be in [0, 1], got {warmup_fraction}")
+        self.process_group = process_group
+        self.window = window
+        self.period = max(1, round(1 / alpha))
+        self.beta = beta
+        self.min_compression_rate = min_compression_rate
+        self.seed = seed
+        # DDP rebuilds its buckets after the first iteration: nothing keyed
+        # by bucket index (errors, Q, bin widths) may be kept before it.
+        warmup = max(2, math.ceil(warmup_fraction * total_iterations))
+        self.controller = RankController(r_min, r_max, warmup, max_step, stage, stage_offset)
+        self.iter = 0
+        self.errors: dict[int, dict[int, torch.Tensor]] = {}
+        self.qs: dict[int, dict[int, torch.Tensor]] = {}
+        self.bin_widths: dict[int, float] = {}
+        self.reference_shape: tuple[int, int] | None = None
+        self.windows: list[WindowRecord] = []
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self._entropy_sum = 0.0
+        self._entropy_weight = 0.0
+        self._pending: Callable[[], None] | None = None
+
+    @property
+    def rank(self) -> int | None:
+        """The rank the next step compresses with; None in warm-up."""
+        return self.controller.rank
+
+    def compression_stats(self) -> tuple[float, int, int]:
+        """(ratio, bytes in, bytes out): the gradient bytes the hook was given
+        and the bytes it handed to all-reduces (payload, not wire bytes)."""
+        return (self.bytes_in / self.bytes_out if self.bytes_out else 0.0, self.bytes_in, self.bytes_out)
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._pending is not None:
+            raise RuntimeError("EDGCState cannot be saved in the middle of a backward pass")
+        return {k: v for k, v in self.__dict__.items() if k not in ("process_group", "_pending")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.process_group = distributed_c10d._get_default_group()
+        self._pending = None
+
+    # -- per-bucket work (called by edgc_hook) --
+
+    def _flush(self) -> None:
+        """Issues the pending bucket's second phase (its Q all-reduce)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending()
+
+    def _observe(self, index: int, buffer: torch.Tensor, grads: list[torch.Tensor]) -> None:
+        """Samples the bucket's entropy on measuring iterations; tracks the
+        largest matrix (the rank model's reference shape)."""
+        for g in grads:
+            if g.dim() >= 2:
+                shape = (g.shape[0], g.numel() // g.shape[0])
+                if self.reference_shape is None or shape[0] * shape[1] > math.prod(self.reference_shape):
+                    self.reference_shape = shape
+        if self.iter < 1 or self.iter % self.period:
+            return
+        gen = torch.Generator(device=buffer.device).manual_seed(_seed(self.seed, self.iter, index))
+        sample = sample_elements(buffer, self.beta, gen)
+        width = self.bin_widths.get(index)
+        if width is None:
+            width = default_bin_width(sample)
+            if width is None:
+                return
+            self.bin_widths[index] = width
+        h = histogram_entropy(sample, width)
+        if math.isfinite(h):
+            self._entropy_sum += h * buffer.numel()
+            self._entropy_weight += buffer.numel()
+
+    def _end_iteration(self, group: dist.ProcessGroup, device: torch.device) -> None:
+        """Counts the iteration; at a window's end agrees on the window's
+        entropy over the group and updates the rank."""
+        self.iter += 1
+        if self.iter % self.window:
+            return
+        t = torch.tensor([self._entropy_sum, self._entropy_weight], dtype=torch.float64, device=device)
+        dist.all_reduce(t, group=group)
+        self._entropy_sum = self._entropy_weight = 0.0
+        total, weight = t.tolist()
+        if weight > 0 and self.reference_shape is not None:
+            self.windows.append(self.controller.end_window(total / weight, self.iter, self.reference_shape))
+
+    def _q_for(self, index: int, j: int, cols: int, r: int, device: torch.device) -> torch.Tensor:
+        """Q for matrix j of the bucket: last step's (warm start), cut or
+        widened to r columns; new columns random, the same on every rank."""
+        q = self.qs.get(index, {}).get(j)
+        if q is not None and q.shape[0] == cols and q.shape[1] >= r:
+            return q[:, :r]
+        have = 0 if q is None or q.shape[0] != cols else q.shape[1]
+        gen = torch.Generator().manual_seed(_seed(self.seed, self.iter, index, j))
+        new = torch.randn(cols, r - have, generator=gen).to(device)
+        return new if have == 0 else torch.cat([q, new], dim=1)
+
+
+def _allreduce_mean(buffer: torch.Tensor, group: dist.ProcessGroup, world: int) -> torch.futures.Future[torch.Tensor]:
+    fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0].div_(world))
+
+
+def _compress(state: EDGCState, group: dist.ProcessGroup, world: int, index: int, buffer: torch.Tensor,
+              grads: list[torch.Tensor], rank: int) -> torch.futures.Future[torch.Tensor]:
+    """Phase one (plain all-reduce, P all-reduce) now; phase two (Q
+    all-reduce, decompression) left in state._pending."""
+    errors = state.errors.setdefault(index, {})
+    qs = state.qs.setdefault(index, {})
+    plain: list[torch.Tensor] = []
+    mats: list[tuple[int, torch.Tensor, int]] = []
+    for j, g in enumerate(grads):
+        if g.dim() >= 2:
+            n, m = g.shape[0], g.numel() // g.shape[0]
+            r = min(n, m, rank)
+            if (n + m) * r * state.min_compression_rate < n * m:
+                mats.append((j, g, r))
+                continue
+        # A matrix compressed before and not now: its residual goes in exactly.
+        e = errors.pop(j, None)
+        qs.pop(j, None)
+        if e is not None and e.numel() == g.numel():
+            g.view(-1).add_(e.view(-1).to(g.dtype))
+        plain.append(g)
+    elem = buffer.element_size()
+    state.bytes_in += buffer.numel() * elem
+    plain_fut = None
+    if plain:
+        flat = torch.cat([g.reshape(-1) for g in plain])
+        state.bytes_out += flat.numel() * elem
+        plain_fut = dist.all_reduce(flat, group=group, async_op=True).get_future()
+    ms, qmats = [], []
+    for j, g, r in mats:
+        m = g.reshape(g.shape[0], -1).to(torch.float32, copy=True)
+        e = errors.get(j)
+        if e is not None and e.shape == m.shape:
+            m += e
+        ms.append(m)
+        qmats.append(orthonormalize(state._q_for(index, j, m.shape[1], r, m.device)))
+    p_fut = None
+    if mats:
+        pflat = torch.cat([(m @ q).reshape(-1) for m, q in zip(ms, qmats)])
+        state.bytes_out += pflat.numel() * 4 + sum(q.numel() for q in qmats) * 4  # P now, Q in phase two
+        p_fut = dist.all_reduce(pflat, group=group, async_op=True).get_future()
+    out: torch.futures.Future[torch.Tensor] = (
+        torch.futures.Future(devices=[buffer.device]) if buffer.device.type == "cuda" else torch.futures.Future())
+    ps: list[torch.Tensor] = []  # the orthonormalised P matrices, from phase two
+
+    def decompress(fut: torch.futures.Future[list[torch.Tensor]]) -> None:
+        try:
+            qflat = fut.value()[0].div_(world)
+            off = 0
+            for (j, g, r), p in zip(mats, ps):
+                cols = g.numel() // g.shape[0]
+                q = qflat[off:off + cols * r].view(cols, r)
+                off += q.numel()
+                mhat = p @ q.T
+                g.copy_(mhat.view_as(g))
+                if g.dtype != torch.float32:  # the rounding too: it is the same on every rank
+                    errors[j] += mhat - g.reshape(mhat.shape).float()
+                qs[j] = q.clone()
+            out.set_result(buffer)
+        except BaseException as exc:
+            out.set_exception(exc)
+
+    def phase_two() -> None:
+        try:
+            if plain_fut is not None:
+                avg = plain_fut.wait()[0].div_(world)
+                off = 0
+                for g in plain:
+                    g.copy_(avg[off:off + g.numel()].view_as(g))
+                    off += g.numel()
+            if p_fut is None:
+                out.set_result(buffer)
+                return
+            pflat = p_fut.wait()[0]
+            off = 0
+            for m, q in zip(ms, qmats):
+                ps.append(orthonormalize(pflat[off:off + m.shape[0] * q.shape[1]].view(m.shape[0], q.shape[1])))
+                off += m.shape[0] * q.shape[1]
+            qlocal = [m.T @ p for m, p in zip(ms, ps)]
+            # The local residual (I - P P^T) M, as in PowerSGD's paper: the
+            # part of M outside the agreed subspace. (torch's hook keeps
+            # M - P P^T mean(M), which adds each rank's deviation from the
+            # mean, a zero-mean random walk that grows without bound.)
+            for (j, _, _), m, p, q in zip(mats, ms, ps, qlocal):
+                errors[j] = m - p @ q.T
+            qflat = torch.cat([q.reshape(-1) for q in qlocal])
+            dist.all_reduce(qflat, group=group, async_op=True).get_future().then(decompress)
+        except BaseException as exc:
+            out.set_exception(exc)
+            raise
+
+    state._pending = phase_two
+    return out
+
+
+def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The DDP communication hook: a plain averaging all-reduce in warm-up,
+    then EDGC's low-rank compression at the state's current rank. Register
+    with ``ddp.register_comm_hook(state, edgc_hook)``."""
+    state._flush()
+    group = state.process_group if state.process_group is not None else distributed_c10d._get_default_group()
+    world = dist.get_world_size(group)
+    buffer = bucket.buffer()
+    index = bucket.index()
+    grads = bucket.gradients()
+    state._observe(index, buffer, grads)
+    rank = state.rank
+    if rank is None:
+        state.bytes_in += buffer.numel() * buffer.element_size()
+        state.bytes_out += buffer.numel() * buffer.element_size()
+        fut = _allreduce_mean(buffer, group, world)
+    else:
+        fut = _compress(state, group, world, index, buffer, grads, rank)
+    if bucket.is_last():
+        state._flush()
+        state._end_iteration(group, buffer.device)
+    return fut

@@ -1,0 +1,436 @@
+"""zipccl.hooks: EDGC, entropy-driven low-rank gradient compression as a DDP
+communication hook. The estimator, the Marchenko-Pastur error model and
+Eq. 15 against their definitions; the window rules; PowerSGD's exactness,
+residual and bitwise agreement over the zipccl backend; rank agreement when
+local entropies differ (world sizes 2-4); the state's save/load; and a short
+DDP training of the demo's GPT against plain DDP."""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+import zipccl.hooks as hooks
+from zipccl.hooks import RankController, rank_after_entropy_change
+
+# -- 1. the estimator ---------------------------------------------------------
+
+GAUSS_N = 1_000_000
+
+
+def gaussian_entropy(sigma: float) -> float:
+    return 0.5 * math.log(2 * math.pi * math.e * sigma**2)
+
+
+def _gauss(sigma: float, seed: int = 0) -> torch.Tensor:
+    return torch.randn(GAUSS_N, generator=torch.Generator().manual_seed(seed)) * sigma
+
+
+def fixed_count_entropy(x: torch.Tensor, bin_width: float) -> float:
+    """The estimator EDGC must not use: 256 bins over [min, max] whatever the
+    data's scale (bin_width ignored), -sum p ln p."""
+    counts = torch.histc(x.float(), bins=256, min=float(x.min()), max=float(x.max()))
+    p = counts[counts > 0].double() / counts.sum()
+    return float(-(p * p.log()).sum())
+
+
+def sigma_link_error(estimator) -> float:
+    """How far halving sigma is from lowering the estimate by ln 2, with the
+    bin width fixed from the first data (as the state keeps it)."""
+    x = _gauss(1.0, seed=3)
+    width = hooks.default_bin_width(x)
+    return abs(estimator(x, width) - estimator(x / 2, width) - math.log(2))
+
+
+@pytest.mark.parametrize("sigma", [1.0, 1e-3, 37.0])
+def test_entropy_of_gaussian(sigma):
+    x = _gauss(sigma)
+    h = hooks.histogram_entropy(x, hooks.default_bin_width(x))
+    assert abs(h - gaussian_entropy(sigma)) < 0.01, (h, gaussian_entropy(sigma))
+
+
+def test_entropy_sampled_at_beta_quarter():
+    for seed in range(3):
+        x = _gauss(0.02, seed)
+        width = hooks.default_bin_width(x)
+        full = hooks.histogram_entropy(x, width)
+        part = hooks.sampled_entropy(x, width, 0.25, torch.Generator().manual_seed(seed))
+        assert abs(part - full) < 0.005, (seed, part, full)
+    assert hooks.sample_elements(x, 0.25).numel() == GAUSS_N // 4
+
+
+def test_entropy_tracks_sigma_and_rejects_fixed_bin_count():
+    assert sigma_link_error(hooks.histogram_entropy) < 0.01
+    # The same check catches a fixed-bin-count estimator: scale-invariant,
+    # it does not move when sigma halves.
+    x = _gauss(1.0, seed=3)
+    assert abs(fixed_count_entropy(x, 0.0) - fixed_count_entropy(x / 2, 0.0)) < 1e-6
+    assert sigma_link_error(fixed_count_entropy) > 0.5
+
+
+def test_entropy_edge_cases():
+    x = torch.tensor([1.0, float("nan"), float("inf"), 1.0])
+    assert hooks.histogram_entropy(x, 0.5) == pytest.approx(math.log(0.5))  # one bin
+    assert math.isnan(hooks.histogram_entropy(torch.tensor([float("nan")]), 1.0))
+    assert hooks.default_bin_width(torch.zeros(10)) is None
+    # outliers far beyond the bins: no overflow, a finite estimate
+    y = _gauss(1e-3)[:10_000].clone()
+    y[0] = 1e30
+    assert math.isfinite(hooks.histogram_entropy(y, 1e-5))
+
+
+# -- 2. the Marchenko-Pastur error model --------------------------------------
+
+
+@pytest.mark.parametrize("m,n", [(256, 256), (200, 600), (512, 384), (64, 1000)])
+def test_mp_model_matches_svd_tail(m, n):
+    a = np.random.default_rng(m * n).standard_normal((m, n))
+    s2 = np.linalg.svd(a, compute_uv=False) ** 2
+    k = min(m, n)
+    for r in (1, 4, k // 8, k // 4, k // 2):
+        exact = s2[r:].sum()
+        g = hooks.mp_tail_energy(r, m, n)
+        assert abs(g / exact - 1) < 0.03, (m, n, r, g, exact)
+    # g^-1 inverts g; sigma^2 scales the error
+    assert hooks.mp_rank_for_error(hooks.mp_tail_energy(10.5, m, n), m, n) == pytest.approx(10.5, abs=1e-6)
+    assert hooks.mp_tail_energy(7, m, n, sigma2=4.0) == pytest.approx(4 * hooks.mp_tail_energy(7, m, n))
+
+
+# -- 3. Eq. 15 ----------------------------------------------------------------
+
+
+def test_eq15_for_1920_square_at_rank_64():
+    assert rank_after_entropy_change(64, 1920, 1920, 0.0) == pytest.approx(64, abs=1e-6)
+    for drop in (1e-4, 1e-3, 0.01, 0.05, 0.3, 2.0, 1e3):
+        for r in (8, 64, 300):
+            assert rank_after_entropy_change(r, 1920, 1920, drop) <= r + 1e-9, (r, drop)
+    assert rank_after_entropy_change(64, 1920, 1920, -0.01) > 64  # a rise raises it
+    r1 = rank_after_entropy_change(64, 1920, 1920, 0.01)
+    assert round(r1) == 54, r1
+    ctl = RankController(r_min=16, r_max=64, warmup_iterations=0)
+    assert ctl.end_window(5.0, 1000, (1920, 1920)).rank is None  # the reference window
+    rec = ctl.end_window(4.99, 2000, (1920, 1920))
+    assert round(rec.target) == 54 and rec.rank == 56 and ctl.rank == 56
+
+
+# -- 4. window rules ----------------------------------------------------------
+
+
+def test_window_clamps_and_warmup():
+    rng = random.Random(0)
+    for trial in range(20):
+        r_min, r_max = rng.choice([(4, 32), (16, 64), (8, 128)])
+        warmup = rng.choice([0, 5_000, 40_000])
+        window = 1000
+        ctl = RankController(r_min, r_max, warmup)
+        stage = RankController(r_min, r_max, warmup, stage=2, stage_offset=3.5)
+        prev = None
+        started = False
+        bump = rng.randrange(20, 100)
+        for w in range(1, 120):
+            # entropy falls with noise, and jumps up for a few windows
+            h = 4.0 - 0.01 * w + rng.gauss(0, 0.02) + (0.3 if bump <= w < bump + 5 else 0.0)
+            rec = ctl.end_window(h, w * window, (1920, 5120))
+            srec = stage.end_window(h, w * window, (1920, 5120))
+            if rec.rank is None:
+                assert not started, "compression never stops once started"
+                assert prev is None
+            else:
+                if not started:
+                    assert w * window >= warmup, "compressed during warm-up"
+                    assert round(rec.target) < r_max, "started while Eq. 15 still asked for r_max"
+                    assert rec.rank >= r_max - 8
+                started = True
+                assert r_min <= rec.rank <= r_max
+                if prev is not None:
+                    assert abs(rec.rank - prev) <= 8, (trial, w, prev, rec.rank)
+                assert srec.rank == min(max(round(ctl.base_rank + 7), r_min), r_max)
+            prev = rec.rank
+        assert started, trial
+
+
+# -- distributed tasks (run on every rank of a harness.Pool) ------------------
+
+
+class FakeBucket:
+    """What the hook reads from dist.GradBucket: a flat buffer, views of it
+    per parameter, the bucket's index and whether it is the last."""
+
+    def __init__(self, tensors: list[torch.Tensor], index: int, last: bool) -> None:
+        self._buffer = torch.cat([t.reshape(-1) for t in tensors])
+        self._views = []
+        off = 0
+        for t in tensors:
+            self._views.append(self._buffer[off:off + t.numel()].view(t.shape))
+            off += t.numel()
+        self._index, self._last = index, last
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def gradients(self) -> list[torch.Tensor]:
+        return self._views
+
+    def index(self) -> int:
+        return self._index
+
+    def is_last(self) -> bool:
+        return self._last
+
+
+def run_step(state, buckets: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+    """One DDP-like step: every bucket's hook in order, then every future."""
+    fbs = [FakeBucket(ts, i, i == len(buckets) - 1) for i, ts in enumerate(buckets)]
+    futs = [hooks.edgc_hook(state, b) for b in fbs]
+    for f in futs:
+        f.wait()
+    return [[v.clone() for v in b.gradients()] for b in fbs]
+
+
+def _digest(tensors) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _all_same(ctx, value) -> bool:
+    out = [None] * ctx.world_size
+    dist.all_gather_object(out, value, group=ctx.gloo)
+    return all(o == out[0] for o in out)
+
+
+def task_warmup_is_exact(ctx, dtype_name):
+    """In warm-up the hook is a plain averaging all-reduce (nothing
+    compressed), in the gradients' dtype."""
+    dtype = getattr(torch, dtype_name)
+    ws = ctx.world_size
+    state = hooks.EDGCState(None, r_min=2, r_max=8, window=3, total_iterations=100, alpha=1.0)
+    for step in range(6):
+        grads = [[torch.randn(48, 40, generator=torch.Generator().manual_seed(100 * step + r)).to(dtype)
+                  for r in range(ws)]]
+        out = run_step(state, [[grads[0][ctx.rank]]])
+        want = sum(g.float() for g in grads[0]).to(dtype) if ws > 1 else grads[0][0]
+        assert out[0][0].dtype == dtype
+        assert torch.allclose(out[0][0].float(), want.float() / ws, rtol=1e-2, atol=1e-2), step
+        assert state.rank is None
+    ratio, bytes_in, bytes_out = state.compression_stats()
+    assert bytes_in == bytes_out == 6 * 48 * 40 * torch.empty(0, dtype=dtype).element_size()
+    return [w.iteration for w in state.windows]
+
+
+def task_powersgd(ctx, dtype_name, r):
+    """Forced to rank r: an exactly rank-r mean gradient comes back within
+    1e-5 once Q is warm; 1-D and small tensors come back as the exact mean;
+    M^ is bitwise identical on every rank; the residual stays bounded on
+    full-rank noise."""
+    dtype = getattr(torch, dtype_name)
+    ws, rank = ctx.world_size, ctx.rank
+    state = hooks.EDGCState(None, r_min=r, r_max=r, window=10**9, total_iterations=10)
+    state.controller.base_rank = r  # skip warm-up: this tests the compressor
+    shared = torch.Generator().manual_seed(7)
+    a1, a2 = torch.randn(96, r, generator=shared), torch.randn(128, r, generator=shared)
+    # Each rank's matrices are fixed across steps (their mean is rank r), so
+    # the warm-started Q spans the mean's row space.
+    per = [torch.Generator().manual_seed(q) for q in range(ws)]
+    b1 = [torch.randn(64, r, generator=g) for g in per]
+    b2 = [torch.randn(80, r, generator=g) for g in per]
+    g1 = [(a1 @ b.T).to(dtype) for b in b1]
+    g2 = [(a2 @ b.T).to(dtype) for b in b2]
+    errs, digests = [], []
+    for step in range(6):
+        per = [torch.Generator().manual_seed(1000 * step + q) for q in range(ws)]
+        bias = [torch.randn(96, generator=g) for g in per]
+        small = [torch.randn(4, 4, generator=g) for g in per]
+        out = run_step(state, [[g1[rank].clone(), bias[rank].to(dtype)], [g2[rank].clone(), small[rank].to(dtype)]])
+        mean1 = sum(x.float() for x in g1) / ws
+        mean2 = sum(x.float() for x in g2) / ws
+        rel = max(float((out[0][0].float() - mean1).norm() / mean1.norm()),
+                  float((out[1][0].float() - mean2).norm() / mean2.norm()))
+        errs.append(rel)
+        tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+        assert torch.allclose(out[0][1].float(), sum(x.to(dtype).float() for x in bias) / ws, **tol)
+        assert torch.allclose(out[1][1].float(), sum(x.to(dtype).float() for x in small) / ws, **tol)
+        digests.append(_digest([out[0][0], out[1][0]]))
+    assert all(_all_same(ctx, d) for d in digests), "M^ differs between ranks"
+    # Step 0 projects on a random Q (float32 error ~1e-5 from its
+    # conditioning) and step 1 carries step 0's error back through error
+    # feedback; from step 2 Q is warm.
+    if dtype == torch.float32:
+        assert max(errs[2:]) < 1e-5 and max(errs) < 1e-4, errs
+    else:  # the residual of one rounding to the gradients' dtype
+        assert max(errs[2:]) < 1e-2, errs
+    # full-rank noise: the error-feedback residual stays bounded
+    state = hooks.EDGCState(None, r_min=r, r_max=r, window=10**9, total_iterations=10)
+    state.controller.base_rank = r
+    ratios = []
+    for step in range(60):
+        g = torch.randn(96, 64, generator=torch.Generator().manual_seed(50_000 + 100 * step + rank))
+        run_step(state, [[g.to(dtype)]])
+        ratios.append(float(state.errors[0][0].norm() / g.norm()))
+    # It levels off (keeping M - P P^T mean(M), torch's residual, grows as
+    # sqrt(steps) and fails this).
+    assert max(ratios) < 5.0 and max(ratios[30:]) < 1.15 * max(ratios[:30]), ratios
+    return errs, max(ratios)
+
+
+def _entropy_grads(step: int, rank: int, ws: int, shapes, by_rank: bool):
+    """Gaussian gradients whose sigma falls each step; with by_rank, rank q's
+    start (1 + q) times larger and fall at their own rate, so the local
+    entropies and their changes differ (each rank alone would pick its own
+    rank)."""
+    decay = 0.97 - 0.04 * rank if by_rank else 0.93
+    sigma = 0.02 * decay**step * ((1 + rank) if by_rank else 1.0)
+    g = torch.Generator().manual_seed(10_000 * step + rank)
+    return [[torch.randn(*s, generator=g) * sigma for s in bucket] for bucket in shapes]
+
+
+SHAPES = [[(64, 48), (48,)], [(96, 64), (5, 5)], [(80, 72)]]
+
+
+def task_agreement(ctx, steps):
+    """Ranks whose local entropies differ still choose the same rank at every
+    step, compress, and return bitwise identical gradients."""
+    state = hooks.EDGCState(None, r_min=2, r_max=24, window=2, total_iterations=20, alpha=1.0, beta=0.5,
+                            max_step=4)
+    ranks, digests = [], []
+    for step in range(steps):
+        out = run_step(state, _entropy_grads(step, ctx.rank, ctx.world_size, SHAPES, True))
+        ranks.append(state.rank)
+        digests.append(_digest([t for b in out for t in b]))
+    local = state.bin_widths[0]
+    return {"ranks": ranks, "digests": digests, "windows": [(w.iteration, w.entropy, w.rank) for w in state.windows],
+            "bin_width": local, "same_ranks": _all_same(ctx, ranks), "same_digests": _all_same(ctx, digests)}
+
+
+def task_save_load(ctx):
+    """torch.save/torch.load of the state mid-training: the loaded copy goes
+    on with the same ranks, residuals and Q, bit for bit."""
+    state = hooks.EDGCState(None, r_min=2, r_max=24, window=2, total_iterations=20, alpha=1.0, max_step=4)
+    for step in range(10):
+        run_step(state, _entropy_grads(step, ctx.rank, ctx.world_size, SHAPES, False))
+    assert state.rank is not None and state.errors and state.qs, "not compressing yet"
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    copy = torch.load(buf, weights_only=False)
+    assert copy.process_group is dist.distributed_c10d._get_default_group()
+    assert (copy.iter, copy.rank, copy.windows) == (state.iter, state.rank, state.windows)
+    for idx in state.qs:
+        for j in state.qs[idx]:
+            assert torch.equal(copy.qs[idx][j], state.qs[idx][j]) and torch.equal(copy.errors[idx][j], state.errors[idx][j])
+    runs = []
+    for s in (state, copy):
+        outs, ranks = [], []
+        for step in range(10, 16):
+            outs.append(_digest([t for b in run_step(s, _entropy_grads(step, ctx.rank, ctx.world_size, SHAPES, False))
+                                 for t in b]))
+            ranks.append(s.rank)
+        runs.append((outs, ranks))
+    assert runs[0] == runs[1], "the loaded state diverged"
+    return runs[0][1]
+
+
+def task_ddp_gpt(ctx, steps):
+    """The demo's GPT under DDP on the zipccl group, plain and with EDGC."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from zipccl.demo.model import GPT, GPTConfig
+
+    cfg = GPTConfig(seq_len=32, d_model=96, n_layers=2, n_heads=4)
+    text = torch.tensor(list(b"the quick brown fox jumps over the lazy dog; " * 40), dtype=torch.long)
+    results = {}
+    for mode in ("plain", "edgc"):
+        torch.manual_seed(0)
+        model = DDP(GPT(cfg), bucket_cap_mb=0.1)
+        state = None
+        if mode == "edgc":
+            state = hooks.EDGCState(None, r_min=8, r_max=24, window=4, total_iterations=steps, alpha=0.5)
+            model.register_comm_hook(state, hooks.edgc_hook)
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        gen = torch.Generator().manual_seed(ctx.rank)
+        losses, ranks, payload = [], [], []
+        for _ in range(steps):
+            before = state.compression_stats() if state else None
+            start = torch.randint(0, text.numel() - cfg.seq_len - 1, (8,), generator=gen)
+            batch = torch.stack([text[s:s + cfg.seq_len + 1] for s in start.tolist()])
+            loss = model(batch[:, :-1], batch[:, 1:])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            ranks.append(state.rank if state else None)
+            if state:
+                after = state.compression_stats()
+                payload.append((after[1] - before[1], after[2] - before[2]))
+        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        results[mode] = {"losses": losses, "ranks": ranks, "same_params": _all_same(ctx, _digest([params])),
+                         "payload": payload}
+    return results
+
+
+# -- 5. the compressor --------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_warmup_is_plain_allreduce(pools, dtype):
+    windows = pools.get(2).run(task_warmup_is_exact, dtype)
+    assert windows[0] == [3, 6], windows  # windows ended, but no compression
+
+
+@pytest.mark.parametrize("ws,dtype", [(2, "float32"), (3, "float32"), (2, "bfloat16"), (2, "float16")])
+def test_powersgd_exact_bounded_identical(pools, ws, dtype):
+    out = pools.get(ws).run(task_powersgd, dtype, 4)
+    print(out[0])
+
+
+# -- 6. agreement over the zipccl backend -------------------------------------
+
+
+@pytest.mark.parametrize("ws", [2, 3, 4])
+def test_ranks_agree_when_local_entropies_differ(pools, ws):
+    res = pools.get(ws).run(task_agreement, 16, timeout=120)
+    for r in res:
+        assert r["same_ranks"] and r["same_digests"], res[0]["ranks"]
+    widths = [r["bin_width"] for r in res]
+    assert len(set(widths)) == ws, widths  # the ranks did see different gradients
+    ranks = res[0]["ranks"]
+    assert ranks[0] is None and any(x is not None for x in ranks), ranks
+    used = [x for x in ranks if x is not None]
+    assert len(set(used)) > 1, f"the rank never moved: {ranks}"  # Q was cut/widened
+    assert all(abs(a - b) <= 4 for a, b in zip(used, used[1:])), ranks
+
+
+def test_state_save_load_resumes(pools):
+    ranks = pools.get(2).run(task_save_load)
+    assert ranks[0] == ranks[1]
+
+
+def test_ddp_gpt_with_edgc_vs_plain(pools):
+    steps = 40
+    res = pools.get(2).run(task_ddp_gpt, steps, timeout=180)
+    r0 = res[0]
+    for mode in ("plain", "edgc"):
+        assert all(r[mode]["same_params"] for r in res), f"{mode}: ranks' parameters differ"
+        assert all(math.isfinite(x) for x in r0[mode]["losses"])
+    ranks = r0["edgc"]["ranks"]
+    assert ranks[0] is None and ranks[-1] is not None, f"EDGC never compressed: {ranks}"
+    # bytes handed to all-reduces per step (the hook's payload) once compressing
+    given = sum(b_in for (b_in, _), r in zip(r0["edgc"]["payload"], ranks) if r is not None)
+    sent = sum(b_out for (_, b_out), r in zip(r0["edgc"]["payload"], ranks) if r is not None)
+    plain, edgc = np.mean(r0["plain"]["losses"][-5:]), np.mean(r0["edgc"]["losses"][-5:])
+    print(f"last-5 loss: plain {plain:.4f} edgc {edgc:.4f}; payload after warm-up {sent / given:.3f} of raw; "
+          f"ranks {ranks}")
+    assert sent < 0.6 * given, (sent, given)
+    assert plain < r0["plain"]["losses"][0] * 0.8  # it learned
+    # A memorising task trained to loss 0.6 in 40 steps, compressed to rank
+    # 8 from step ~20: a few percent (the issue's 1% is for the demo's run).
+    assert abs(edgc - plain) / plain < 0.05, (plain, edgc)
