@@ -12,7 +12,7 @@
 #      the kernels, the NCCL, staged and coded paths, a mixed job);
 #   2. the kernel benchmark (python -m zipccl bench kernels), bf16; or,
 #      when .gpu/ab/ holds builds, those builds side by side (kernel_ab);
-#      then the lossy kernels (bench kernels --quant int8,int4);
+#      then the lossy kernels (bench kernels --quant int8,int4,fp8);
 #   3. the coded path's benchmark: 2 ranks sharing the GPU, each in its own
 #      network namespace behind a shaped link (1 and 10 Gbit/s), bf16
 #      64 MiB, GPU-coded zipccl, zipccl staged uncoded and gloo on CUDA
@@ -160,8 +160,8 @@ run() {
       --csv "$W/kernels-bfloat16.csv" 2>&1 | tail -6 | tee -a "$W/log.txt"
   fi
   log "lossy kernel benchmark"
-  timeout 120 python3 -m zipccl bench kernels --quant int8,int4 --dtype bfloat16,float32 \
-    --sizes-mib "${QUANT_SIZES:-64,256}" --iters 10 --csv "$W/quant.csv" 2>&1 | tail -10 | tee -a "$W/log.txt"
+  timeout 240 python3 -m zipccl bench kernels --quant int8,int4,fp8 --dtype bfloat16,float32 \
+    --sizes-mib "${QUANT_SIZES:-64,256}" --iters 10 --csv "$W/quant.csv" 2>&1 | tail -15 | tee -a "$W/log.txt"
 
   fi
   local size=${COLL_SIZE:-64M}

@@ -107,7 +107,8 @@ const char* detail_text(int d) {
     case zc::D_INDEX_PAD: return "index padding";
     case zc::D_Q_HEADER: return "lossy message header, or its element count or dtype differs from the request";
     case zc::D_Q_SCALE: return "lossy block scale is negative, not finite or too large";
-    case zc::D_Q_CODE: return "lossy code -128 (int8) or -8 (int4)";
+    case zc::D_Q_CODE: return "lossy code -128 (int8), -8 (int4) or an E4M3 NaN (fp8)";
+    case zc::D_Q_ALPHA: return "fp8 block alpha is negative or not finite";
     case zc::D_Q_PADDING: return "non-zero int4 padding nibble";
     case zc::D_Q_EXACT: return "exact part length or exact block count disagrees with the main part";
     case zc::D_Q_EXACT_CAP: return "exact part longer than its buffer (its length was written)";
@@ -455,8 +456,9 @@ zccl_status zccl_decode_reduce(zccl_ctx* ctx, int dtype, int op, const zccl_sour
 }
 
 int64_t zccl_quant_main_len(int mode, int64_t numel, int block) {
-  const int lg = zc::q_block_log(block);
-  if (!zc::q_mode_ok(mode) || lg < 0 || !numel_ok(numel)) return -1;
+  if (!zc::q_mode_ok(mode)) return -1;
+  const int lg = zc::q_block_log(mode, block);
+  if (lg < 0 || !numel_ok(numel)) return -1;
   return zc::q_main_len(mode, numel, lg);
 }
 
@@ -472,8 +474,9 @@ namespace {
 // The quantization kernels run in sequence on one stream; p.op is set per
 // launch. The workspace's status, ticket, totals and look-back states are
 // cleared first (the group prefixes are written before they are read).
-zccl_status quant_run(zccl_ctx* ctx, zc::QuantParams& p, const int* ops, int nops, int64_t blocks, void* ws,
-                      int64_t ws_size, zccl_stream_t stream, unsigned flags) {
+// blocks sizes the scan; units, the CTAs the coding kernels can use.
+zccl_status quant_run(zccl_ctx* ctx, zc::QuantParams& p, const int* ops, int nops, int64_t blocks, int64_t units,
+                      void* ws, int64_t ws_size, zccl_stream_t stream, unsigned flags) {
   zccl_status st = check_ws(ws, ws_size, zc::q_ws_size(p.numel));
   if (st != ZCCL_OK) return st;
   if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
@@ -488,13 +491,19 @@ zccl_status quant_run(zccl_ctx* ctx, zc::QuantParams& p, const int* ops, int nop
   for (int k = 0; k < nops; k++) {
     p.op = ops[k];
     const bool scan = p.op == zc::QOP_SCAN_ENC || p.op == zc::QOP_SCAN_DEC;
-    // warp-per-block kernels: 8 blocks per CTA; the scan: one tile per CTA
-    const int64_t units = scan ? std::max<int64_t>(1, tiles) : (blocks + zc::kWarps - 1) / zc::kWarps;
-    const int grid = grid_for(units, ctx->info.sm_count, ctx->info.quant_ctas_per_sm[p.op]);
+    // the scan: one tile per CTA
+    const int grid = grid_for(scan ? std::max<int64_t>(1, tiles) : units, ctx->info.sm_count,
+                              ctx->info.quant_ctas_per_sm[p.op]);
     if (zc_backend::launch_quant(p, grid, stream) != 0) return backend_fail();
   }
   return finish(ctx, ws, stream, flags);
 }
+
+// A decoder's grid: the mode and block size are the message's, on the
+// device, so the scan is sized as for blocks of 2048 and the coding kernel
+// for fp8's passes of 256 elements, the most CTAs any mode can use (int8
+// and int4 take 8 blocks per CTA; the CTAs past their blocks leave).
+int64_t decode_units(int64_t numel) { return (numel + zc::kThreads - 1) / zc::kThreads; }
 
 zccl_status quant_check_message(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
                                 int64_t exact_len, int64_t numel, const void* dst) {
@@ -517,8 +526,10 @@ zccl_status zccl_quant_encode(zccl_ctx* ctx, int dtype, int mode, int block, con
   if (!zc::q_dtype_ok(dtype))
     return fail(ZCCL_ERR_UNSUPPORTED, "dtype %d cannot be coded lossily (float32, bfloat16 and float16 can)", dtype);
   if (!zc::q_mode_ok(mode)) return fail(ZCCL_ERR_INVALID, "unknown lossy mode %d", mode);
-  const int lg = zc::q_block_log(block);
-  if (lg < 0) return fail(ZCCL_ERR_INVALID, "block size %d: want a power of two from 32 to 65536", block);
+  const int lg = zc::q_block_log(mode, block);
+  if (lg < 0)
+    return fail(ZCCL_ERR_INVALID, "block size %d: want a power of two from 32 to %d", block,
+                1 << zc::q_max_log(mode));
   if (!numel_ok(numel)) return fail(ZCCL_ERR_INVALID, "bad element count %lld", (long long)numel);
   if ((numel > 0 && src == nullptr) || main_out == nullptr || d_exact_len == nullptr || exact_cap < 0 ||
       (exact_cap > 0 && exact_out == nullptr))
@@ -537,11 +548,16 @@ zccl_status zccl_quant_encode(zccl_ctx* ctx, int dtype, int mode, int block, con
   p.exact_len = exact_cap;
   p.exact_len_out = d_exact_len;
   const int64_t blocks = zc::q_blocks(numel, lg);
+  // int8 and int4: 8 blocks (one per warp) per CTA; fp8: a CTA pass over
+  // 256 elements, whole blocks (the copy's CTAs leave at once but for exact
+  // blocks)
+  const int64_t per_cta = mode == zc::QMODE_FP8 ? std::max(1, zc::kThreads >> lg) : zc::kWarps;
+  const int64_t units = (blocks + per_cta - 1) / per_cta;
   // the scan writes the header, so it runs for an empty tensor too
   static const int all[] = {zc::QOP_ENCODE, zc::QOP_SCAN_ENC, zc::QOP_COPY};
   static const int empty[] = {zc::QOP_SCAN_ENC};
-  return blocks > 0 ? quant_run(ctx, p, all, 3, blocks, ws, ws_size, stream, flags)
-                    : quant_run(ctx, p, empty, 1, blocks, ws, ws_size, stream, flags);
+  return blocks > 0 ? quant_run(ctx, p, all, 3, blocks, units, ws, ws_size, stream, flags)
+                    : quant_run(ctx, p, empty, 1, blocks, units, ws, ws_size, stream, flags);
 }
 
 zccl_status zccl_quant_decode(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
@@ -560,9 +576,8 @@ zccl_status zccl_quant_decode(zccl_ctx* ctx, const void* main_in, int64_t main_l
   p.exact_in = (const uint8_t*)exact_in;
   p.exact_len = exact_len;
   p.dst = (uint8_t*)dst;
-  // the block size is the message's: size the grids as for blocks of 2048
   static const int ops[] = {zc::QOP_SCAN_DEC, zc::QOP_DECODE};
-  return quant_run(ctx, p, ops, 2, (numel + 2047) / 2048, ws, ws_size, stream, flags);
+  return quant_run(ctx, p, ops, 2, (numel + 2047) / 2048, decode_units(numel), ws, ws_size, stream, flags);
 }
 
 zccl_status zccl_quant_accumulate(zccl_ctx* ctx, const void* main_in, int64_t main_len, const void* exact_in,
@@ -581,7 +596,7 @@ zccl_status zccl_quant_accumulate(zccl_ctx* ctx, const void* main_in, int64_t ma
   p.exact_len = exact_len;
   p.dst = (uint8_t*)acc;
   static const int ops[] = {zc::QOP_SCAN_DEC, zc::QOP_ACCUM};
-  return quant_run(ctx, p, ops, 2, (numel + 2047) / 2048, ws, ws_size, stream, flags);
+  return quant_run(ctx, p, ops, 2, (numel + 2047) / 2048, decode_units(numel), ws, ws_size, stream, flags);
 }
 
 zccl_status zccl_workspace_status(zccl_ctx* ctx, const void* ws, zccl_stream_t stream, char* msg, size_t msg_len) {

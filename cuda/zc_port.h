@@ -369,6 +369,26 @@ ZC_HD ZC_INLINE float fdiv_rn(float a, float b) {
 #endif
 }
 
+ZC_HD ZC_INLINE float fsub_rn(float a, float b) {
+#if ZC_DEVICE_PASS
+  return __fsub_rn(a, b);
+#else
+  volatile float r = a - b;
+  return r;
+#endif
+}
+
+// Correctly rounded square root (IEEE, as Go's float32(math.Sqrt(float64(x))),
+// which double rounding cannot change for a float32 x).
+ZC_HD ZC_INLINE float fsqrt_rn(float a) {
+#if ZC_DEVICE_PASS
+  return __fsqrt_rn(a);
+#else
+  volatile float r = __builtin_sqrtf(a);
+  return r;
+#endif
+}
+
 #if ZC_DEVICE_PASS
 // The device's float16 conversions, one instruction each: IEEE round to
 // nearest even, subnormals kept. zc_format.h applies x86's rule to NaN.

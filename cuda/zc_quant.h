@@ -5,8 +5,9 @@
 // messages quant's Decode and Accumulate accept and give their results bit
 // for bit (Go on amd64, where the engine runs).
 //
-// A message is a main part (24-byte header, one float32 scale per block,
-// the codes) and an exact part (the raw bytes of the blocks that hold a NaN
+// The fp8 mode's bodies are zc_fp8.h's (included at the end); the scan and
+// the copy below serve it too. A message is a main part (24-byte header,
+// one float32 scale per block, fp8's α after it, the codes) and an exact part (the raw bytes of the blocks that hold a NaN
 // or an infinity, in block order). Work decomposition:
 //  * one warp per block, grid-stride over the blocks: the block is cut in
 //    runs of kQRun = 8 consecutive elements and lane i takes runs i, i + 32,
@@ -40,29 +41,47 @@ constexpr int kQMinLog = 5, kQMaxLog = 16;  // block sizes 32..65536
 constexpr int kQRun = 8;                    // elements per lane and step
 constexpr int kQStep = 32 * kQRun;          // elements per warp and step
 constexpr int kQTileGroups = kThreads;      // groups of 32 blocks per scan tile
-enum : int { QMODE_INT8 = 1, QMODE_INT4 = 2 };
+enum : int { QMODE_INT8 = 1, QMODE_INT4 = 2, QMODE_FP8 = 3 };
+constexpr int kQFp8MaxLog = 10;  // fp8 blocks: 32..1024 (one CTA pass, zc_fp8.h)
 // float32(math.MaxFloat32 / Q), the largest scale quant's decoder accepts
-// (Q = 127 for int8, 7 for int4): a finite block's scale bits are
-// 0..q_max_scale(mode).
-ZC_HD constexpr uint32_t q_max_scale(int mode) { return mode == QMODE_INT4 ? 0x7E124924u : 0x7C010204u; }
+// (Q = 127 for int8, 7 for int4, 448 for fp8): a finite block's scale bits
+// are 0..q_max_scale(mode).
+ZC_HD constexpr uint32_t q_max_scale(int mode) {
+  return mode == QMODE_INT4 ? 0x7E124924u : (mode == QMODE_FP8 ? 0x7B124924u : 0x7C010204u);
+}
 // The kernels (QuantParams::op).
 enum : int { QOP_ENCODE = 0, QOP_SCAN_ENC = 1, QOP_COPY = 2, QOP_SCAN_DEC = 3, QOP_DECODE = 4, QOP_ACCUM = 5 };
 constexpr int kQOps = 6;
 // Detail codes of DevStatus (after zc_kernels.h's).
-enum : int { D_Q_HEADER = 13, D_Q_SCALE = 14, D_Q_CODE = 15, D_Q_PADDING = 16, D_Q_EXACT = 17, D_Q_EXACT_CAP = 18 };
+enum : int {
+  D_Q_HEADER = 13,
+  D_Q_SCALE = 14,
+  D_Q_CODE = 15,
+  D_Q_PADDING = 16,
+  D_Q_EXACT = 17,
+  D_Q_EXACT_CAP = 18,
+  D_Q_ALPHA = 19
+};
 
 ZC_HD ZC_INLINE bool q_dtype_ok(int dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16; }
-ZC_HD ZC_INLINE bool q_mode_ok(int m) { return m == QMODE_INT8 || m == QMODE_INT4; }
+ZC_HD ZC_INLINE bool q_mode_ok(int m) { return m == QMODE_INT8 || m == QMODE_INT4 || m == QMODE_FP8; }
 ZC_HD ZC_INLINE int q_elem_size(int dt) { return dt == DT_F32 ? 4 : 2; }
+// Code bytes of the first n elements (int8, int4; n even or the whole
+// message). fp8 blocks have B codes each, the block at lo starting at lo.
 ZC_HD ZC_INLINE int64_t q_codes_len(int mode, int64_t n) { return mode == QMODE_INT4 ? (n + 1) / 2 : n; }
 ZC_HD ZC_INLINE int64_t q_blocks(int64_t numel, int log) { return (numel + ((int64_t)1 << log) - 1) >> log; }
+// Bytes per block before the codes: s, and fp8's α after it.
+ZC_HD ZC_INLINE int q_scale_len(int mode) { return mode == QMODE_FP8 ? 8 : 4; }
+ZC_HD ZC_INLINE int q_max_log(int mode) { return mode == QMODE_FP8 ? kQFp8MaxLog : kQMaxLog; }
 ZC_HD ZC_INLINE int64_t q_main_len(int mode, int64_t numel, int log) {
-  return kQHeaderLen + 4 * q_blocks(numel, log) + q_codes_len(mode, numel);
+  const int64_t nb = q_blocks(numel, log);
+  return kQHeaderLen + q_scale_len(mode) * nb + (mode == QMODE_FP8 ? nb << log : q_codes_len(mode, numel));
 }
 
-// log2 of a block size quant takes (a power of two from 32 to 65536), or -1.
-ZC_HD ZC_INLINE int q_block_log(int64_t block) {
-  for (int k = kQMinLog; k <= kQMaxLog; k++)
+// log2 of a block size quant takes for mode (a power of two from 32 to
+// 65536, fp8 to 1024), or -1.
+ZC_HD ZC_INLINE int q_block_log(int mode, int64_t block) {
+  for (int k = kQMinLog; k <= q_max_log(mode); k++)
     if (block == ((int64_t)1 << k)) return k;
   return -1;
 }
@@ -109,7 +128,8 @@ ZC_HD ZC_INLINE int q_parse_header(const uint8_t* m, int64_t len, QHeader* h) {
   h->mode = m[3];
   h->dtype = m[4];
   h->log = m[5];
-  if (!q_mode_ok(h->mode) || !q_dtype_ok(h->dtype) || h->log < kQMinLog || h->log > kQMaxLog || (m[6] | m[7]) != 0 ||
+  if (!q_mode_ok(h->mode) || !q_dtype_ok(h->dtype) || h->log < kQMinLog || h->log > q_max_log(h->mode) ||
+      (m[6] | m[7]) != 0 ||
       get_u32(m + 20) != 0)
     return E_CORRUPT;
   const uint64_t n = get_u64(m + 8);
@@ -383,10 +403,11 @@ ZC_HD ZC_INLINE float q_add(float acc, float v) {
 // ---------------------------------------------------------------- warp helpers
 
 // Exact blocks before block b (the whole warp calls it, with the same b):
-// its group's prefix and one ballot over the group's scales.
-ZC_HD ZC_INLINE uint64_t q_rank(const uint64_t* gprefix, const uint8_t* scales, int64_t nb, int64_t b) {
+// its group's prefix and one ballot over the group's scales (sl bytes
+// apart: q_scale_len).
+ZC_HD ZC_INLINE uint64_t q_rank(const uint64_t* gprefix, const uint8_t* scales, int sl, int64_t nb, int64_t b) {
   const int64_t k = (b & ~(int64_t)31) + (int64_t)lane();
-  const bool ex = k < nb && ld32g(scales + 4 * k) == kQExact;
+  const bool ex = k < nb && ld32g(scales + sl * k) == kQExact;
   const uint32_t m = ballot(ex);
   return gprefix[b >> 5] + popc(m & ((1u << (uint32_t)(b & 31)) - 1u));
 }
@@ -490,8 +511,19 @@ ZC_HD ZC_INLINE void q_encode_dt(const QuantParams& P) {
   }
 }
 
-// Scales and codes of every block (one warp per block; grid size is free).
+// fp8 (zc_fp8.h, included at the end): one thread per element, a CTA pass
+// over kThreads elements; decode and accumulate check the codes.
+ZC_HD inline void q_fp8_encode(const QuantParams& P);
+ZC_HD inline void q_fp8_decode(const QuantParams& P, const QHeader& h);
+ZC_HD inline void q_fp8_accum(const QuantParams& P, const QHeader& h);
+
+// Scales and codes of every block (int8 and int4: one warp per block;
+// fp8: q_fp8_encode; grid size is free).
 ZC_HD inline void quant_encode_cta(const QuantParams& P) {
+  if (P.mode == QMODE_FP8) {
+    q_fp8_encode(P);
+    return;
+  }
   switch (P.dtype) {
     case DT_BF16: q_encode_dt<DT_BF16>(P); break;
     case DT_F16: q_encode_dt<DT_F16>(P); break;
@@ -505,13 +537,14 @@ ZC_HD inline void quant_encode_cta(const QuantParams& P) {
 ZC_HD inline void quant_copy_cta(const QuantParams& P) {
   if (P.qtotal[0] == 0 || P.qtotal[1] == 0) return;  // no exact block, or exact_out too small (reported)
   const int SZ = q_elem_size(P.dtype);
+  const int sl = q_scale_len(P.mode);
   const int64_t B = (int64_t)1 << P.log;
   const int64_t nb = q_blocks(P.numel, P.log);
   const uint8_t* scales = P.main_in + kQHeaderLen;
   const int64_t nw = (int64_t)nbid() * kWarps;
   for (int64_t b = (int64_t)bid() * kWarps + warp(); b < nb; b += nw) {
-    if (ld32g(scales + 4 * b) != kQExact) continue;
-    const uint64_t rank = q_rank(P.gprefix, scales, nb, b);
+    if (ld32g(scales + sl * b) != kQExact) continue;
+    const uint64_t rank = q_rank(P.gprefix, scales, sl, nb, b);
     const int64_t lo = b * B;
     const int64_t n = P.numel - lo < B ? P.numel - lo : B;
     q_warp_copy(P.exact_out + (int64_t)rank * B * SZ, P.src + lo * SZ, n * SZ);
@@ -532,7 +565,7 @@ struct QScanSmem {
 // the exact part given) and the int4 padding nibble.
 ZC_HD ZC_INLINE void q_scan_finish(const QuantParams& P, const QHeader& h, int64_t nb, uint64_t total) {
   const int64_t B = (int64_t)1 << h.log;
-  const bool last_exact = nb > 0 && ld32g(P.main_in + kQHeaderLen + 4 * (nb - 1)) == kQExact;
+  const bool last_exact = nb > 0 && ld32g(P.main_in + kQHeaderLen + q_scale_len(h.mode) * (nb - 1)) == kQExact;
   const int64_t bytes = ((int64_t)total * B - (last_exact ? nb * B - h.numel : 0)) * q_elem_size(h.dtype);
   if (P.op == QOP_SCAN_ENC) {
     QHeader o = h;
@@ -566,6 +599,7 @@ ZC_HD inline void quant_scan_cta(const QuantParams& P) {
   const int64_t ngroups = (nb + 31) >> 5;
   const int64_t ntiles = ngroups == 0 ? 1 : (ngroups + kQTileGroups - 1) / kQTileGroups;
   const uint8_t* scales = P.main_in + kQHeaderLen;
+  const int sl = q_scale_len(h.mode);
   const unsigned w = warp(), ln = lane();
   for (;;) {
     if (tid() == 0) sm.job = (int64_t)atomic_add_u32(P.ticket, 1);
@@ -580,9 +614,12 @@ ZC_HD inline void quant_scan_cta(const QuantParams& P) {
     uint32_t mine = 0;
     for (int k = 0; k < kmax; k++) {
       const int64_t blk = (g0 + k) * 32 + ln;
-      const uint32_t bits = blk < nb ? ld32g(scales + 4 * blk) : 0u;
+      const uint32_t bits = blk < nb ? ld32g(scales + sl * blk) : 0u;
       const bool ex = blk < nb && bits == kQExact;
       if (dec && !ex && bits > q_max_scale(h.mode)) report_error(P.status, E_CORRUPT, 0, blk, D_Q_SCALE);
+      // fp8's α: +0 to MaxFloat32 (quant's walk; an exact block's is not read)
+      if (dec && blk < nb && !ex && sl == 8 && ld32g(scales + sl * blk + 4) > 0x7F7FFFFFu)
+        report_error(P.status, E_CORRUPT, 0, blk, D_Q_ALPHA);
       const uint32_t cnt = popc(ballot(ex));
       if (ln == (unsigned)k) mine = cnt;
     }
@@ -623,7 +660,7 @@ ZC_HD void q_decode_blocks(const QuantParams& P, const QHeader& h) {
     const uint32_t sbits = ld32g(scales + 4 * b);
     uint8_t* out = P.dst + lo * OSZ;
     if (sbits == kQExact) {
-      const int64_t off = (int64_t)q_rank(P.gprefix, scales, nb, b) * B * MSZ;
+      const int64_t off = (int64_t)q_rank(P.gprefix, scales, 4, nb, b) * B * MSZ;
       if (off + n * MSZ > P.exact_len) continue;  // the scan reported it; nothing past the part is read
       const uint8_t* raw = P.exact_in + off;
       if (h.dtype == OUT) {
@@ -683,7 +720,7 @@ ZC_HD void q_accum_blocks(const QuantParams& P, const QHeader& h) {
     const uint32_t sbits = ld32g(scales + 4 * b);
     uint8_t* acc = P.dst + lo * 4;
     if (sbits == kQExact) {
-      const int64_t off = (int64_t)q_rank(P.gprefix, scales, nb, b) * B * MSZ;
+      const int64_t off = (int64_t)q_rank(P.gprefix, scales, 4, nb, b) * B * MSZ;
       if (off + n * MSZ > P.exact_len) continue;  // the scan reported it
       const uint8_t* raw = P.exact_in + off;
       for (int s = 0; s < steps; s++) {
@@ -739,10 +776,16 @@ ZC_HD ZC_INLINE bool q_failed(const QuantParams& P) {
   return shfl(code, 0) != 0;
 }
 
-// Decode (one warp per block; grid size is free), after the scan.
+// Decode (one warp per block, or fp8's CTA passes; grid size is free),
+// after the scan.
 ZC_HD inline void quant_decode_cta(const QuantParams& P) {
   QHeader h;
-  if (q_message(P, &h) != E_OK || q_failed(P)) return;  // reported by the scan
+  if (q_message(P, &h) != E_OK) return;  // reported by the scan
+  if (h.mode == QMODE_FP8) {
+    q_fp8_decode(P, h);  // which checks the status for the whole CTA
+    return;
+  }
+  if (q_failed(P)) return;
   const bool i4 = h.mode == QMODE_INT4;
   switch (P.dtype) {
     case DT_BF16: i4 ? q_decode_blocks<DT_BF16, QMODE_INT4>(P, h) : q_decode_blocks<DT_BF16, QMODE_INT8>(P, h); break;
@@ -751,10 +794,16 @@ ZC_HD inline void quant_decode_cta(const QuantParams& P) {
   }
 }
 
-// Accumulate (one warp per block; grid size is free), after the scan.
+// Accumulate (one warp per block, or fp8's CTA passes; grid size is
+// free), after the scan.
 ZC_HD inline void quant_accum_cta(const QuantParams& P) {
   QHeader h;
-  if (q_message(P, &h) != E_OK || q_failed(P)) return;  // reported by the scan
+  if (q_message(P, &h) != E_OK) return;  // reported by the scan
+  if (h.mode == QMODE_FP8) {
+    q_fp8_accum(P, h);
+    return;
+  }
+  if (q_failed(P)) return;
   if (h.mode == QMODE_INT4) {
     q_accum_blocks<QMODE_INT4>(P, h);
   } else {
@@ -762,8 +811,15 @@ ZC_HD inline void quant_accum_cta(const QuantParams& P) {
   }
 }
 
+struct QFp8Smem;
+ZC_HD ZC_INLINE size_t q_fp8_smem_bytes();
+
+// Dynamic shared memory of op's kernel: the scan's, and fp8's for the
+// kernels that may code or decode it (a decoder learns the mode on the
+// device).
 ZC_HD ZC_INLINE size_t quant_smem_bytes(int op) {
-  return op == QOP_SCAN_ENC || op == QOP_SCAN_DEC ? sizeof(QScanSmem) : 0;
+  if (op == QOP_SCAN_ENC || op == QOP_SCAN_DEC) return sizeof(QScanSmem);
+  return op == QOP_COPY ? 0 : q_fp8_smem_bytes();
 }
 
 // Any of the kernels by P.op (the emulator's single entry point).
@@ -779,3 +835,5 @@ ZC_HD inline void quant_cta(const QuantParams& P) {
 }
 
 }  // namespace zc
+
+#include "zc_fp8.h"  // the fp8 bodies declared above

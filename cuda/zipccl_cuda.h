@@ -176,24 +176,29 @@ zccl_status zccl_memcpy_async(zccl_ctx* ctx, void* dst, const void* src, int64_t
  * messages"). A message is a main part, whose length zccl_quant_main_len
  * gives from (mode, numel, block) alone, and an exact part: the raw bytes,
  * in block order, of the blocks that hold a NaN or an infinity (usually
- * none). The encoder writes the bytes quant.Encode writes; the decoder and
+ * none; fp8 also sends exact a block whose transform overflows or is
+ * below 2^-100). Modes: blockwise int8 and int4, and fp8 (TACO: E4M3
+ * codes of each block's Walsh-Hadamard transform, s and alpha per block;
+ * added within ABI 3: an older library refuses mode 3 as an unknown mode,
+ * and a message of it as corrupt). The encoder writes the bytes quant.Encode writes; the decoder and
  * the accumulator accept exactly the messages quant.Decode and
  * quant.Accumulate accept and give their results bit for bit (Go on
  * amd64). dtype: ZCCL_FLOAT32, ZCCL_BFLOAT16 or ZCCL_FLOAT16 (others are
- * ZCCL_ERR_UNSUPPORTED); block: a power of two from 32 to 65536 (the
- * collectives use 2048). Every call takes a workspace of at least
+ * ZCCL_ERR_UNSUPPORTED); block: a power of two from 32 to 65536, fp8 to
+ * 1024 (the collectives use 2048 for int8, 256 for int4 and fp8). Every call takes a workspace of at least
  * zccl_quant_workspace_size(numel) bytes, which serves any block size.
  *
  * Problems with the message are recorded in the workspace (read them with
  * zccl_workspace_status, or pass ZCCL_FLAG_SYNC): ZCCL_ERR_CORRUPT for
  * what quant rejects as corrupt (bad magic, version, mode, dtype, block
  * size or reserved bytes, a main part of the wrong length, a negative or
- * non-finite or too large scale, the code -128 / -8, a non-zero int4
+ * non-finite or too large scale, a negative or non-finite fp8 alpha, the
+ * code -128 / -8 or an E4M3 NaN code (0x7F, 0xFF), a non-zero int4
  * padding nibble, an exact part of the wrong length or an exact count that
  * disagrees with the scales), ZCCL_ERR_SIZE for a message of another
  * element count than numel, ZCCL_ERR_DTYPE for one that cannot be decoded
  * into dtype. The output of a rejected message is unspecified. */
-enum { ZCCL_QUANT_INT8 = 1, ZCCL_QUANT_INT4 = 2 };
+enum { ZCCL_QUANT_INT8 = 1, ZCCL_QUANT_INT4 = 2, ZCCL_QUANT_FP8 = 3 };
 
 /* quant.MainLen: -1 for a bad mode, block size or count. */
 int64_t zccl_quant_main_len(int mode, int64_t numel, int block);
@@ -219,7 +224,8 @@ zccl_status zccl_quant_decode(zccl_ctx* ctx, const void* main_in, int64_t main_l
                               zccl_stream_t stream, unsigned flags);
 
 /* Dequantize and reduce: acc[i] = acc[i] + x'[i] in float32 (the product
- * code x scale rounded, then the sum; exact blocks add their elements
+ * code x scale rounded, then the sum; fp8: x' = v x (s / B), v the
+ * inverse transform of the codes' values; exact blocks add their elements
  * widened to float32), or acc[i] = x'[i] when first is non-zero. acc holds
  * numel float32 (device). Several messages fold in call order on one
  * stream. */

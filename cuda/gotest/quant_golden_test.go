@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,6 +240,109 @@ func quantTiny(dt dtype.DType) []byte {
 	return q.buf
 }
 
+// quantFP8Edge is the stored input of the "fp8edge" cases: blocks of 32
+// for what fp8's coding singles out, then a short tail, n = 333 (float16
+// rounds the huge values to infinities and the tiny ones to zeros):
+//
+//	0 3e38 everywhere: the transform overflows, exact
+//	1 ±1e37: coded, a huge scale
+//	2 one element 3.4e38: coded, Σx² overflows (α 0)
+//	3 ±1e-35: max|u| below 2^-100, exact
+//	4 one element 2^-100: max|u| exactly 2^-100, coded
+//	5 one element just below 2^-100: exact
+//	6 zeros (s 0, α from ε alone), 7 negative zeros
+//	8 subnormals: exact (max|u| far below 2^-100; float16's are coded)
+//	9 x = H y / 32 with y_0 = 1 and y_i = ±2^-(i/2+8): small codes,
+//	  E4M3 subnormals among them
+//	10 (13 elements) random
+func quantFP8Edge(dt dtype.DType, idx int) []byte {
+	const B, n = 32, 333
+	q := qbuf{dt, make([]byte, n*dt.Size())}
+	r := qsplitmix{uint64(3000 + idx)}
+	sign := func() float32 {
+		if r.next()&1 == 1 {
+			return -1
+		}
+		return 1
+	}
+	for k := range B {
+		q.f(k, 3e38)
+		q.f(B+k, sign()*1e37*float32(1+k%3))
+		q.f(2*B+k, 0)
+		q.f(3*B+k, sign()*1e-35*float32(1+k%5))
+		q.f(4*B+k, 0)
+		q.f(5*B+k, 0)
+		q.f(6*B+k, 0)
+		q.bits(7*B+k, uint32(1)<<(8*dt.Size()-1))
+		if dt == dtype.Float32 {
+			q.bits(8*B+k, uint32(r.next()%0x7FFFFF)|uint32(k&1)<<31)
+		} else {
+			q.bits(8*B+k, uint32(r.next()%0x7F)|uint32(k&1)<<15)
+		}
+	}
+	q.f(2*B+5, 3.4e38)
+	q.f(4*B+9, math.Float32frombits(0x0D800000))
+	if dt == dtype.Float32 {
+		q.bits(5*B+9, 0x8D7FFFFF)
+	} else {
+		q.bits(5*B+9, 0x8D7F)
+	}
+	// block 9: the transform of y, in float64, so that H x = 32 y within
+	// the dtype's rounding
+	var y [B]float64
+	y[0] = 1
+	for i := 1; i < B; i++ {
+		y[i] = float64(sign()) * math.Ldexp(1, -(i/2+8))
+	}
+	for i := range B {
+		var x float64
+		for j := range B {
+			if bits.OnesCount(uint(i&j))%2 == 1 {
+				x -= y[j]
+			} else {
+				x += y[j]
+			}
+		}
+		q.f(9*B+i, float32(x/B))
+	}
+	for k := range n - 10*B {
+		q.f(10*B+k, float32(int(r.next()%2001)-1000)/17)
+	}
+	return q.buf
+}
+
+// quantFP8Ties is the stored input of "fp8ties_f32", one block of 32
+// float32 elements whose transform is exactly u below (every partial sum
+// is a multiple of 2^-15 below 2^9, exact in float32): max|u| = 448 makes
+// inv 1, so the codes round u itself, and u holds E4M3 ties, subnormal
+// ((2k+1) 2^-10) and normal ones, of both signs.
+func quantFP8Ties() []byte {
+	const B = 32
+	u := [B]float64{448}
+	for k := range 8 {
+		u[1+k] = float64(2*k+1) / 1024
+		u[9+k] = -float64(2*k+1) / 1024
+	}
+	copy(u[17:], []float64{1 + 1.0/16, 1 + 3.0/16, 2 + 1.0/8, -(1 + 1.0/16), 0.5 + 1.0/32, 248, -248, 3.0 / 64, -3.0 / 64,
+		17.0 / 1024, 192 + 8, -(96 + 4), 1.0 / 2048, -1.0 / 2048, 7})
+	q := qbuf{dtype.Float32, make([]byte, 4*B)}
+	for i := range B {
+		var x float64
+		for j := range B {
+			if bits.OnesCount(uint(i&j))%2 == 1 {
+				x -= u[j]
+			} else {
+				x += u[j]
+			}
+		}
+		if float64(float32(x/B)) != x/B {
+			panic("fp8ties: inexact input")
+		}
+		q.f(i, float32(x/B))
+	}
+	return q.buf
+}
+
 type quantCase struct {
 	name  string
 	dt    dtype.DType
@@ -274,6 +378,26 @@ func quantCases() []quantCase {
 					input: quant2048(dt, idx)})
 		}
 	}
+	for i, dt := range quantDTypes {
+		cs = append(cs,
+			quantCase{name: fmt.Sprintf("mix_%s_fp8", dtName(dt)), dt: dt, mode: quant.FP8, block: 64, n: 421,
+				input: quantMix(dt, quant.FP8, 6+i)},
+			quantCase{name: fmt.Sprintf("fp8edge_%s", dtName(dt)), dt: dt, mode: quant.FP8, block: 32, n: 333,
+				input: quantFP8Edge(dt, i)})
+		// every fp8 block size, generated: NaN and infinite blocks, zero
+		// blocks, subnormals, a short tail
+		for k, block := range []int{32, 64, 128, 256, 512, 1024} {
+			cs = append(cs, quantCase{name: fmt.Sprintf("gen_b%d_%s_fp8", block, dtName(dt)), dt: dt, mode: quant.FP8,
+				block: block, n: 15*block + block/2 + 3, seed: uint64(100 + 10*i + k)})
+		}
+	}
+	cs = append(cs,
+		quantCase{name: "fp8ties_f32", dt: dtype.Float32, mode: quant.FP8, block: 32, n: 32, input: quantFP8Ties()},
+		quantCase{name: "one_f32_fp8", dt: dtype.Float32, mode: quant.FP8, block: 1024, n: 1, input: []byte{0, 0, 0xC0, 0xBF}},
+		quantCase{name: "empty_bf16_fp8", dt: dtype.BFloat16, mode: quant.FP8, block: 256, n: 0, input: []byte{}},
+		// several scan tiles of fp8 blocks
+		quantCase{name: "gen_tiles_bf16_fp8", dt: dtype.BFloat16, mode: quant.FP8, block: 32, n: 8192*32 + 700*32 + 5, seed: 15},
+	)
 	return append(cs,
 		quantCase{name: "tiny_f32_int8", dt: dtype.Float32, mode: quant.Int8, block: 32, n: 64, input: quantTiny(dtype.Float32)},
 		quantCase{name: "tiny_bf16_int4", dt: dtype.BFloat16, mode: quant.Int4, block: 32, n: 64, input: quantTiny(dtype.BFloat16)},
@@ -362,8 +486,12 @@ func (k corruption) apply(m quantMsg) quantMsg {
 // quant's decoder, and changes it accepts) and single-bit flips.
 func quantCorruptions(c quantCase, m quantMsg) []corruption {
 	nb := quant.Blocks(c.n, c.block)
-	codes := quant.HeaderLen + 4*nb
-	scale := func(b int) int { return quant.HeaderLen + 4*b }
+	sl := 4
+	if c.mode == quant.FP8 {
+		sl = 8
+	}
+	codes := quant.HeaderLen + sl*nb
+	scale := func(b int) int { return quant.HeaderLen + sl*b }
 	var ks []corruption
 	add := func(part, kind string, pos int, val int64, label string) {
 		ks = append(ks, corruption{part, kind, pos, val, label})
@@ -371,8 +499,11 @@ func quantCorruptions(c quantCase, m quantMsg) []corruption {
 	add("main", "xor", 0, 1, "magic")
 	add("main", "xor", 1, 0x40, "magic")
 	add("main", "xor", 2, 3, "version 2")
-	add("main", "xor", 3, 3, "mode 1<->2") // int8 <-> int4: another main length
+	add("main", "xor", 3, 3, "mode 1<->2, 3->0") // another main length, or no mode
 	add("main", "xor", 3, 0x10, "mode 17")
+	if c.mode != quant.Int8 {
+		add("main", "xor", 3, int64(c.mode)^1, "mode int8") // another main length
+	}
 	add("main", "xor", 4, 6, "dtype 1<->7, 3<->5, 4<->2")
 	add("main", "xor", 4, int64(c.dt)^int64(dtype.Float32), "dtype float32")
 	add("main", "xor", 5, 0x1F, "block log")
@@ -405,6 +536,20 @@ func quantCorruptions(c quantCase, m quantMsg) []corruption {
 		}
 		lo, hi := b*c.block, min(c.n, (b+1)*c.block)
 		first, last := codes+c.mode.CodesLen(lo, c.block), codes+c.mode.CodesLen(hi, c.block)-1
+		if c.mode == quant.FP8 {
+			// the largest scale (MaxFloat32 / 448) and the next; α's range
+			for _, v := range []uint32{0x7B124924, 0x7B124925, 0x3F800000} {
+				add("main", "set32", scale(b), int64(v), fmt.Sprintf("block %d: scale %#x", b, v))
+			}
+			for _, v := range []uint32{0x80000000, 0xBF800000, 0x7F800000, 0x7FC00000, 0xFFC00000, 0x7F7FFFFF, 0, 1} {
+				add("main", "set32", scale(b)+4, int64(v), fmt.Sprintf("block %d: alpha %#x", b, v))
+			}
+			add("main", "xor", first, int64(m.main[first]^0x7F), fmt.Sprintf("block %d: code 0x7f", b))
+			add("main", "xor", last, int64(m.main[last]^0xFF), fmt.Sprintf("block %d: last code 0xff", b))
+			add("main", "xor", first+3, int64(m.main[first+3]^0x7E), fmt.Sprintf("block %d: code 0x7e (accepted)", b))
+			add("main", "xor", first+1, 0x80, fmt.Sprintf("block %d: code's sign (accepted)", b))
+			continue
+		}
 		if c.mode == quant.Int8 {
 			add("main", "set32", first, 0x81808180, fmt.Sprintf("block %d: code -128", b))
 			add("main", "xor", last, int64(m.main[last]^0x80), fmt.Sprintf("block %d: last code -128", b))
@@ -417,6 +562,11 @@ func quantCorruptions(c quantCase, m quantMsg) []corruption {
 	}
 	if c.mode == quant.Int4 && c.n%2 == 1 {
 		add("main", "xor", len(m.main)-1, 1, "padding nibble")
+	}
+	if c.mode == quant.FP8 && c.n%c.block != 0 {
+		// the short last block's padding codes travel and count
+		add("main", "xor", len(m.main)-1, 0x05, "padding code (accepted)")
+		add("main", "set32", len(m.main)-4, 0x7F000000, "padding code 0x7f")
 	}
 	r := qsplitmix{uint64(len(m.main))*7919 + uint64(c.block)}
 	for range 24 {
@@ -597,7 +747,27 @@ func TestQuantGoldenCoverage(t *testing.T) {
 				zero++
 			}
 		}
+		if c.mode == quant.FP8 {
+			exact, zero = 0, 0
+			for b := range nb {
+				switch binary.LittleEndian.Uint32(m.main[quant.HeaderLen+8*b:]) {
+				case 0xFFFFFFFF:
+					exact++
+				case 0:
+					zero++
+				}
+			}
+		}
 		switch {
+		case c.mode == quant.FP8 && strings.HasPrefix(c.name, "mix_"):
+			// block 5's max|u| is below 2^-100 but for float16
+			if want := map[bool]int{true: 2, false: 3}[c.dt == dtype.Float16]; exact != want || zero < 1 {
+				t.Errorf("%s: %d exact and %d zero blocks, want %d and >= 1", c.name, exact, zero, want)
+			}
+		case c.mode == quant.FP8 && strings.HasPrefix(c.name, "gen_b"):
+			if exact < 2 || zero < 1 || c.n%c.block == 0 {
+				t.Errorf("%s: %d exact and %d zero blocks, n %d: want NaN blocks, a zero one and a tail", c.name, exact, zero, c.n)
+			}
 		case strings.HasPrefix(c.name, "mix_"):
 			if exact != 2 || zero < 1 {
 				t.Errorf("%s: %d exact and %d zero blocks, want 2 and >= 1", c.name, exact, zero)
@@ -612,10 +782,42 @@ func TestQuantGoldenCoverage(t *testing.T) {
 			}
 		}
 	}
+	// fp8edge_f32: each block as its comment says
+	for _, c := range quantCases() {
+		if c.name != "fp8edge_f32" {
+			continue
+		}
+		m := quantEncode(t, c)
+		nb := quant.Blocks(c.n, c.block)
+		s := func(b int) uint32 { return binary.LittleEndian.Uint32(m.main[quant.HeaderLen+8*b:]) }
+		alpha := func(b int) uint32 { return binary.LittleEndian.Uint32(m.main[quant.HeaderLen+8*b+4:]) }
+		for _, b := range []int{0, 3, 5, 8} {
+			if s(b) != 0xFFFFFFFF {
+				t.Errorf("%s: block %d not exact", c.name, b)
+			}
+		}
+		for _, b := range []int{1, 2, 4, 9, 10} {
+			if s(b) == 0xFFFFFFFF || s(b) == 0 {
+				t.Errorf("%s: block %d not coded (scale %#x)", c.name, b, s(b))
+			}
+		}
+		if s(6) != 0 || s(7) != 0 || alpha(2) != 0 || alpha(6) == 0 {
+			t.Errorf("%s: zero blocks' scales %#x %#x, α %#x (block 2), %#x (block 6)", c.name, s(6), s(7), alpha(2), alpha(6))
+		}
+		sub := 0
+		for _, q := range m.main[quant.HeaderLen+8*nb+9*32 : quant.HeaderLen+8*nb+10*32] {
+			if q&0x78 == 0 && q&7 != 0 {
+				sub++
+			}
+		}
+		if sub == 0 {
+			t.Errorf("%s: block 9 has no E4M3 subnormal code", c.name)
+		}
+	}
 	// block 5 of the float32 and bfloat16 mix cases: a tiny scale, inv
 	// finite
 	for _, c := range quantCases() {
-		if !strings.HasPrefix(c.name, "mix_") || c.dt == dtype.Float16 {
+		if !strings.HasPrefix(c.name, "mix_") || c.dt == dtype.Float16 || c.mode == quant.FP8 {
 			continue
 		}
 		m := quantEncode(t, c)

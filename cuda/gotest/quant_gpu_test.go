@@ -15,7 +15,16 @@ import (
 	"github.com/zipccl/zipccl/backend/quant"
 )
 
-var quantModes = []quant.Mode{quant.Int8, quant.Int4}
+var quantModes = []quant.Mode{quant.Int8, quant.Int4, quant.FP8}
+
+// quantBlocks are the block sizes tested for mode: the smallest, the
+// collectives', the largest.
+func quantBlocks(mode quant.Mode) []int {
+	if mode == quant.FP8 {
+		return []int{32, 256, 1024}
+	}
+	return []int{32, 2048, 65536}
+}
 
 // quantInput is n random elements of dt with what the format singles out:
 // an all-zero block, a NaN block, and an infinity in the last block (a
@@ -36,7 +45,7 @@ func quantInput(dt dtype.DType, n, block int, seed uint64) []byte {
 
 func quantSizes(l *Lib, block int) []int {
 	s := []int{0, 1, 31, 2048, 2049, 5*2048 + 3, 70001}
-	if !emulated(l) && block == 2048 {
+	if !emulated(l) && (block == 2048 || block == 256) {
 		s = append(s, 1<<20+7, 9<<20)
 	}
 	return s
@@ -50,7 +59,7 @@ func TestQuantMatchesGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16} {
 		for _, mode := range quantModes {
-			for _, block := range []int{32, 2048, 65536} {
+			for _, block := range quantBlocks(mode) {
 				for i, n := range quantSizes(l, block) {
 					what := fmt.Sprintf("%v %v block %d n %d", dt, mode, block, n)
 					src := quantInput(dt, n, block, uint64(i))
@@ -115,15 +124,19 @@ func TestQuantMatchesGo(t *testing.T) {
 // for each problem.
 func TestQuantCorruptRejected(t *testing.T) {
 	l := open(t)
-	const n, block = 5001, 2048 // odd: int4 has a padding nibble
+	const n = 5001 // odd: int4 has a padding nibble
 	for _, mode := range quantModes {
+		block, sl, badCode := 2048, 4, byte(0x80)
+		if mode == quant.FP8 {
+			block, sl, badCode = 256, 8, 0x7F // 5001: a short last block, whose padding codes count
+		}
 		src := quantInput(dtype.BFloat16, n, block, 2)
 		gm := make([]byte, quant.MainLen(mode, n, block))
 		ge, err := quant.Encode(gm, nil, src, dtype.BFloat16, mode, block)
 		if err != nil {
 			t.Fatal(err)
 		}
-		codes := quant.HeaderLen + 4*quant.Blocks(n, block)
+		codes := quant.HeaderLen + sl*quant.Blocks(n, block)
 		type bad struct {
 			what        string
 			main, exact []byte
@@ -139,7 +152,7 @@ func TestQuantCorruptRejected(t *testing.T) {
 			{"reserved byte", mut(func(m []byte) { m[21] = 1 }), nil, 4},
 			{"scale -0", mut(func(m []byte) { binary.LittleEndian.PutUint32(m[quant.HeaderLen:], 0x80000000) }), nil, 4},
 			{"scale +Inf", mut(func(m []byte) { binary.LittleEndian.PutUint32(m[quant.HeaderLen:], 0x7F800000) }), nil, 4},
-			{"code -128 / -8", mut(func(m []byte) { m[codes+10] = 0x80 }), nil, 4},
+			{"code -128 / -8 / E4M3 NaN", mut(func(m []byte) { m[codes+10] = badCode }), nil, 4},
 			{"exact part long", gm, append(append([]byte{}, ge...), 0), 4},
 			{"exact part short", gm, ge[:len(ge)-1], 4},
 			{"exact count", mut(func(m []byte) { m[16]++ }), nil, 4},
@@ -147,6 +160,13 @@ func TestQuantCorruptRejected(t *testing.T) {
 		}
 		if mode == quant.Int4 {
 			bads = append(bads, bad{"padding nibble", mut(func(m []byte) { m[len(m)-1] |= 1 }), nil, 4})
+		}
+		if mode == quant.FP8 {
+			bads = append(bads,
+				bad{"alpha -0", mut(func(m []byte) { binary.LittleEndian.PutUint32(m[quant.HeaderLen+4:], 0x80000000) }), nil, 4},
+				bad{"alpha NaN", mut(func(m []byte) { binary.LittleEndian.PutUint32(m[quant.HeaderLen+4:], 0x7FC00000) }), nil, 4},
+				bad{"code 0xff", mut(func(m []byte) { m[codes+5] = 0xFF }), nil, 4},
+				bad{"scale above MaxFloat32/448", mut(func(m []byte) { binary.LittleEndian.PutUint32(m[quant.HeaderLen:], 0x7B124925) }), nil, 4})
 		}
 		for _, b := range bads {
 			if b.exact == nil {

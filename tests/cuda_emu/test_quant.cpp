@@ -391,7 +391,9 @@ struct Runner {
   void run_api() {
     check(zccl_quant_main_len(ZCCL_QUANT_INT8, 100, 2048) == 24 + 4 + 100, "quant api: main length int8");
     check(zccl_quant_main_len(ZCCL_QUANT_INT4, 101, 32) == 24 + 4 * 4 + 51, "quant api: main length int4, odd count");
-    check(zccl_quant_main_len(3, 100, 2048) == -1, "quant api: mode 3 has no length");
+    check(zccl_quant_main_len(ZCCL_QUANT_FP8, 100, 32) == 24 + 8 * 4 + 4 * 32, "quant api: main length fp8, short tail");
+    check(zccl_quant_main_len(ZCCL_QUANT_FP8, 100, 2048) == -1, "quant api: fp8 block 2048 has no length");
+    check(zccl_quant_main_len(4, 100, 256) == -1, "quant api: mode 4 has no length");
     for (int b : {0, 16, 48, 2047, 131072}) check(zccl_quant_main_len(1, 100, b) == -1, "quant api: block " + std::to_string(b));
     check(zccl_quant_workspace_size(-1) == -1, "quant api: negative count");
     const int64_t n = 100, wsn = zccl_quant_workspace_size(n);
@@ -403,6 +405,7 @@ struct Runner {
     check(enc(ZCCL_FLOAT8_E4M3FN, 1, 2048, wsn) == ZCCL_ERR_UNSUPPORTED, "quant api: float8 is not coded lossily");
     check(enc(ZCCL_FLOAT32, 0, 2048, wsn) == ZCCL_ERR_INVALID, "quant api: mode 0 refused");
     check(enc(ZCCL_FLOAT32, 1, 1000, wsn) == ZCCL_ERR_INVALID, "quant api: block 1000 refused");
+    check(enc(ZCCL_FLOAT32, ZCCL_QUANT_FP8, 2048, wsn) == ZCCL_ERR_INVALID, "quant api: fp8 block 2048 refused");
     check(enc(ZCCL_FLOAT32, 1, 2048, wsn - 1) == ZCCL_ERR_NOMEM, "quant api: small workspace refused");
     check(zccl_quant_decode(ctx, main.p, 128, exact.p, 0, ZCCL_FLOAT8_E5M2, n, src.p, ws.p, wsn, nullptr, 0) ==
               ZCCL_ERR_UNSUPPORTED,

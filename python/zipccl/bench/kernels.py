@@ -255,8 +255,8 @@ class KernelLib:
 # ---------------------------------------------------------------- the benchmark
 
 
-QUANT_MODES = {"int8": 1, "int4": 2}
-QUANT_BLOCK = {"int8": 2048, "int4": 256}  # backend/lossy.BlockOf
+QUANT_MODES = {"int8": 1, "int4": 2, "fp8": 3}
+QUANT_BLOCK = {"int8": 2048, "int4": 256, "fp8": 256}  # backend/lossy.BlockOf (fp8: the policy's default fp8_block)
 
 
 class QuantMessage(NamedTuple):
@@ -322,7 +322,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
     p.add_argument("--quant", default=None,
-                   help="the lossy kernels instead (int8, int4, or both comma-separated): quantize, "
+                   help="the lossy kernels instead (int8, int4, fp8, or several comma-separated): quantize, "
                         "dequantize and dequantize+accumulate of --sources messages, against a copy")
     p.add_argument("--csv", default=None, help="also write the results to this CSV file")
 
@@ -435,22 +435,49 @@ def _bench_dtype(k: KernelLib, name: str, args: argparse.Namespace, rows: list) 
     return 0
 
 
+def _fp8_bound(ref: torch.Tensor, B: int) -> torch.Tensor:
+    """fp8's error bound per element (float64, ref's shape): x' = H(u + d)/B,
+    u = Hx over the block zero-padded to B, with |d_j| <= |u_j| / 16 (E4M3's
+    half step, 2^-4 relative) + s 2^-10 (its subnormals' half step, s =
+    max|u| / 448), so |x' - x| <= mean|u| / 16 + s / 1024, plus float32's
+    roundings (below max|u| 2^-20)."""
+    n = ref.numel()
+    nb = (n + B - 1) // B
+    u = torch.zeros(nb * B, dtype=torch.float64)
+    u[:n] = ref
+    u = u.view(nb, B)
+    h = 1
+    while h < B:
+        v = u.view(nb, B // (2 * h), 2, h)
+        u = torch.stack((v[:, :, 0] + v[:, :, 1], v[:, :, 0] - v[:, :, 1]), dim=2).view(nb, B)
+        h *= 2
+    a = u.abs()
+    m = a.amax(dim=1)
+    tol = (a.mean(dim=1) / 16 + m / 448 / 1024 + m * 2.0 ** -20) * (1 + 1e-3)
+    return tol.repeat_interleave(B)[:n]
+
+
 def quant_check(k: KernelLib, x: torch.Tensor, mode: str, ws: torch.Tensor) -> tuple[QuantMessage, str | None]:
     """Encodes x and checks the kernels against each other and the format's
-    bound: the decode within half a step of each block's absmax (plus the
-    rounding to x's dtype), and accumulate(first) equal to the decode into
-    float32 bit for bit (float32 only: other dtypes round on decode).
-    Returns the message and a failure, or None."""
+    bound: the decode within half a step of each block's absmax (int8,
+    int4; fp8: _fp8_bound) plus the rounding to x's dtype,
+    and accumulate(first) equal to the decode into float32 bit for bit
+    (float32 only: other dtypes round on decode). Returns the message and a
+    failure, or None."""
     msg = quant_message(k, x, mode)
     quant_encode_call(k, x, mode, msg, ws, sync=True)()
     out = torch.empty_like(x)
     quant_decode_call(k, msg, out, ws, sync=True)()
     ref = x.double().cpu()
     got = out.double().cpu()
-    q, B = (127 if mode == "int8" else 7), QUANT_BLOCK[mode]
-    tol = torch.empty_like(ref)
-    for lo in range(0, ref.numel(), B):
-        tol[lo:lo + B] = ref[lo:lo + B].abs().max() / q / 2 * (1 + 1e-4)
+    B = QUANT_BLOCK[mode]
+    if mode == "fp8":
+        tol = _fp8_bound(ref, B)
+    else:
+        q = 127 if mode == "int8" else 7
+        tol = torch.empty_like(ref)
+        for lo in range(0, ref.numel(), B):
+            tol[lo:lo + B] = ref[lo:lo + B].abs().max() / q / 2 * (1 + 1e-4)
     ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}.get(x.dtype, 2.0 ** -24)
     if not bool(((got - ref).abs() <= tol + got.abs() * ulp).all()):
         return msg, f"{mode} {x.dtype}: decode outside the format's bound"
@@ -469,9 +496,9 @@ def _bench_quant(k: KernelLib, names: Sequence[str], args: argparse.Namespace) -
     modes = [m.strip() for m in args.quant.split(",") if m.strip()]
     for m in modes:
         if m not in QUANT_MODES:
-            raise SystemExit(f"bench kernels: --quant {m!r}: want int8 or int4")
+            raise SystemExit(f"bench kernels: --quant {m!r}: want int8, int4 or fp8")
     print(f"lossy kernel benchmark on {torch.cuda.get_device_name(dev)}: {k.build_info()}")
-    print(f"N(0, {args.sigma}^2) data, the collectives' blocks (int8 2048, int4 256); "
+    print(f"N(0, {args.sigma}^2) data, the collectives' blocks (int8 2048, int4 256, fp8 256); "
           f"accumulate folds {args.sources} messages")
     rows = []
     gen = torch.Generator(device=dev)
