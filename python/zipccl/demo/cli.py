@@ -17,6 +17,25 @@ of 2 ranks and 100 Mbit/s links: there gloo's step is bound by the
 network (about 14 MB per host NIC per step, over a second, against about
 a quarter of a second of compute on this machine), which is where
 quantized collectives are meant to pay.
+
+``--lossy tp-fp8`` trains with torch's tensor parallelism instead
+(``parallelize_module``: qkv and fc column-wise, proj and out row-wise, the
+LayerNorms sequence-parallel; model.tensor_parallel), the whole world one
+TP group, on a zipccl group whose all_reduce, all_gather and
+reduce_scatter are TACO's fp8 (E4M3 of Hadamard-transformed blocks),
+alternating in one launch with lossless zipccl and gloo. Its defaults are
+the harness's: 4 ranks, each its own host behind a 1 Gbit/s link, so all
+TP traffic crosses the shaped links (hosts of several ranks would keep it
+in memory). min_bytes is set to the smallest activation collective, the
+position embeddings' (seq_len, d_model) float32, so every activation is
+coded and the parameter gradients' all_reduces (d_model floats at most)
+stay exact. A TP group shares its batch, so ``--batch`` counts the
+group's sequences, 16 by default: the default demo's global batch (4
+ranks x 4), and enough to make the link matter. The activations per
+step grow with the batch while the step's fixed cost (about a hundred
+collectives, DTensor's dispatch) does not; at 4 sequences gloo's step is
+bound by the collectives' latency more than by bytes. 8 heads instead of
+6 (at the default d_model), so that each rank gets whole heads.
 """
 
 from __future__ import annotations
@@ -40,24 +59,37 @@ from .train import EVENT_PREFIX
 # compression off, a separate run whose losses must match the first's zipccl
 # bit for bit. key -> label; launch -> ({key: backend}, extra environment).
 LABELS = {"gloo": "gloo", "zipccl": "zipccl", "zipccl-off": "zipccl, compression off",
-          "zipccl-zpp": "zipccl ZeRO++ (int8+int4)"}
+          "zipccl-zpp": "zipccl ZeRO++ (int8+int4)", "zipccl-fp8": "zipccl TP fp8"}
 LAUNCHES = [
     ({"gloo": "gloo", "zipccl": "zipccl"}, {}),
     ({"zipccl-off": "zipccl"}, {"ZIPCCL_COMPRESS": "never"}),
 ]
 DEFAULT_WORLD_SIZE = 4
+SEQ_LEN = 128
 
-# --lossy zero++: one launch of three runs; the ZeRO++ run's lossy policy.
-ZERO_PP_LAUNCHES = [({"gloo": "gloo", "zipccl": "zipccl", "zipccl-zpp": "zipccl"}, {})]
-ZERO_PP_POLICY = {"zipccl-zpp": {"all_gather": "int8", "reduce_scatter": "int4"}}
+# --lossy: one launch of three runs; the lossy run's key and policy, and
+# the defaults that differ from the lossless demo's.
+LOSSY_LAUNCHES = {
+    "zero++": [({"gloo": "gloo", "zipccl": "zipccl", "zipccl-zpp": "zipccl"}, {})],
+    "tp-fp8": [({"gloo": "gloo", "zipccl": "zipccl", "zipccl-fp8": "zipccl"}, {})],
+}
+LOSSY_RUN = {"zero++": "zipccl-zpp", "tp-fp8": "zipccl-fp8"}
+LOSSY_MODES = {"zero++": {"fsdp", "hpz"}, "tp-fp8": {"tp"}}
+ZERO_PP_POLICY = {"all_gather": "int8", "reduce_scatter": "int4"}
+TP_FP8_POLICY = {"all_reduce": "fp8", "all_gather": "fp8", "reduce_scatter": "fp8"}
 ZERO_PP_LINK = "100mbit"
+DEFAULT_BATCH = 4
+TP_BATCH = 16
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_layout_arguments(p, DEFAULT_WORLD_SIZE)
-    p.add_argument("--lossy", choices=("zero++",), default=None,
+    p.add_argument("--lossy", choices=tuple(LOSSY_LAUNCHES), default=None,
                    help="zero++: FSDP2 with hpZ, int8 parameter all-gathers and int4 gradient reduce-scatters "
-                        "against lossless zipccl and gloo (defaults: 2 hosts x 2 ranks, --link-rate 100mbit)")
+                        "against lossless zipccl and gloo (defaults: 2 hosts x 2 ranks, --link-rate 100mbit); "
+                        "tp-fp8: tensor parallelism over all ranks (sequence-parallel), TACO's fp8 for "
+                        "all_reduce, all_gather and reduce_scatter, against lossless zipccl and gloo "
+                        "(defaults: 4 ranks, one per host, 1gbit, --batch 16)")
     p.add_argument("--link-rate", default=None,
                    help="per-host link rate (each host's NIC) when root (default 1gbit; 100mbit with --lossy zero++)")
     p.add_argument("--delay", default=None, help="one-way delay, e.g. 100us")
@@ -66,11 +98,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=100, help="training steps per run (default 100)")
     p.add_argument("--modes", default=None,
                    help="comma list of ddp, fsdp, hpz (FSDP2 resharding to each host's ranks after forward: "
-                        "ZeRO++'s hpZ); default ddp,fsdp, and hpz too with several ranks per host")
-    p.add_argument("--batch", type=int, default=4, help="sequences of 128 bytes per rank per step (default 4)")
+                        "ZeRO++'s hpZ); default ddp,fsdp, and hpz too with several ranks per host "
+                        "(--lossy tp-fp8: tp, tensor parallelism, its only mode)")
+    p.add_argument("--batch", type=int, default=None,
+                   help=f"sequences of 128 bytes per rank per step (default {DEFAULT_BATCH}); with --lossy tp-fp8 "
+                        f"per step, all ranks training on the same ones (default {TP_BATCH})")
     p.add_argument("--comm-dtype", choices=("mixed", "bfloat16", "float32"), default="mixed",
                    help="what travels: mixed = DDP fp32 gradients, FSDP2 bf16 parameters and fp32 gradients "
-                        "(default); bfloat16 or float32 = everything in that type")
+                        "(default); bfloat16 or float32 = everything in that type (--lossy tp-fp8: float32 "
+                        "activations, bfloat16 is refused)")
     p.add_argument("--compress", choices=("auto", "always"), default=None,
                    help="ZIPCCL_COMPRESS for the zipccl run (default: the engine's default)")
     p.add_argument("--d-model", type=int, default=192)
@@ -82,20 +118,50 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="print every 10th step only")
 
 
-def _train_config(args: argparse.Namespace, runs: dict[str, str], modes: list[str]) -> dict[str, Any]:
+def _heads(args: argparse.Namespace, world_size: int) -> int:
+    """One head per 32 of d_model; under TP a multiple of the TP size, the
+    nearest, so that each rank holds whole heads."""
     heads = max(1, args.d_model // 32)
+    if args.lossy == "tp-fp8":
+        heads = world_size * max(1, round(heads / world_size))
+    return heads
+
+
+def tp_fp8_min_bytes(args: argparse.Namespace) -> int:
+    """The smallest activation collective of TP training: the position
+    embeddings' reduce-scatter, (seq_len, d_model) float32. The blocks'
+    are (batch, seq_len, d_model), the head's logits (batch, seq_len, 256);
+    the replicated parameters' gradients (LayerNorms, row-wise biases,
+    d_model floats each) are far below it and stay exact."""
+    return SEQ_LEN * args.d_model * 4
+
+
+def _batch(args: argparse.Namespace) -> int:
+    return args.batch or (TP_BATCH if args.lossy == "tp-fp8" else DEFAULT_BATCH)
+
+
+def _policy(args: argparse.Namespace) -> dict[str, Any]:
+    if args.lossy == "tp-fp8":
+        return {**TP_FP8_POLICY, "min_bytes": tp_fp8_min_bytes(args)}
+    return ZERO_PP_POLICY
+
+
+def _train_config(args: argparse.Namespace, runs: dict[str, str], modes: list[str],
+                  world_size: int) -> dict[str, Any]:
+    lossy_run = LOSSY_RUN.get(args.lossy or "")
     return {
         "runs": runs,
-        "lossy": {k: v for k, v in ZERO_PP_POLICY.items() if k in runs} if args.lossy else {},
+        "lossy": {lossy_run: _policy(args)} if lossy_run in runs else {},
         "modes": modes,
         "steps": args.steps,
-        "batch": args.batch,
+        "batch": _batch(args),
         "comm_dtype": args.comm_dtype,
         "lr": args.lr,
         "seed": args.seed,
         "timeout_s": 300,
         "corpus_bytes": 8 << 20,
-        "model": {"d_model": args.d_model, "n_layers": args.layers, "n_heads": heads, "seq_len": 128},
+        "model": {"d_model": args.d_model, "n_layers": args.layers, "n_heads": _heads(args, world_size),
+                  "seq_len": SEQ_LEN},
     }
 
 
@@ -130,7 +196,7 @@ def _launch(net: Network, runs: dict[str, str], extra: dict[str, str], args: arg
     setting = f" ({', '.join(f'{k}={v}' for k, v in env.items() if k.startswith('ZIPCCL_COMPRESS'))})" \
         if any(k.startswith("ZIPCCL_COMPRESS") for k in env) else ""
     print(f"\n== {names}{setting}{how} ==", flush=True)
-    launch_ranks(net, ["-m", "zipccl.demo.train", json.dumps(_train_config(args, runs, modes))],
+    launch_ranks(net, ["-m", "zipccl.demo.train", json.dumps(_train_config(args, runs, modes, net.world_size))],
                  env=env, on_line=on_line, timeout_s=900)
     return summaries
 
@@ -147,26 +213,40 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
-        if args.lossy and args.world_size is None and args.hosts is None and args.ranks_per_host is None:
+        if args.lossy == "zero++" and args.world_size is None and args.hosts is None \
+                and args.ranks_per_host is None:
             layout = HostLayout(2, 2)
         else:
             layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE)
-        rate = args.link_rate or (ZERO_PP_LINK if args.lossy else "1gbit")
+        rate = args.link_rate or (ZERO_PP_LINK if args.lossy == "zero++" else "1gbit")
         link = LinkSpec.parse(rate, args.delay, args.tcp_cc)
     except ValueError as exc:
         print(f"zipccl demo: {exc}", file=sys.stderr)
         return 2
-    if args.lossy:
+    if args.lossy == "zero++":
         # ZeRO++: FSDP2, with hpZ where hosts have several ranks
         default_modes = "hpz" if layout.ranks_per_host > 1 else "fsdp"
-        if args.modes and args.modes.strip() not in ("fsdp", "hpz"):
-            print("zipccl demo: --lossy zero++ trains FSDP2: --modes fsdp or hpz", file=sys.stderr)
+    elif args.lossy == "tp-fp8":
+        default_modes = "tp"
+        if args.comm_dtype == "bfloat16":
+            print("zipccl demo: --lossy tp-fp8 trains in float32: --comm-dtype bfloat16 does not apply",
+                  file=sys.stderr)
+            return 2
+        heads = _heads(args, layout.world_size)
+        if SEQ_LEN % layout.world_size or args.d_model % heads:
+            print(f"zipccl demo: --lossy tp-fp8 splits {SEQ_LEN} positions and {heads} heads of --d-model "
+                  f"{args.d_model} over {layout.world_size} ranks: they must divide evenly", file=sys.stderr)
             return 2
     else:
         default_modes = "ddp,fsdp,hpz" if layout.ranks_per_host > 1 else "ddp,fsdp"
     modes = [m.strip() for m in (args.modes or default_modes).split(",") if m.strip()]
-    if not modes or any(m not in report.MODE_NAMES for m in modes):
-        print("zipccl demo: --modes takes a comma list of ddp, fsdp, hpz", file=sys.stderr)
+    if args.lossy and (len(modes) != 1 or modes[0] not in LOSSY_MODES[args.lossy]):
+        allowed = " or ".join(sorted(LOSSY_MODES[args.lossy]))
+        print(f"zipccl demo: --lossy {args.lossy} trains one mode: --modes {allowed}", file=sys.stderr)
+        return 2
+    if not modes or any(m not in report.MODE_NAMES for m in modes) or ("tp" in modes and not args.lossy):
+        print("zipccl demo: --modes takes a comma list of ddp, fsdp, hpz (tp: with --lossy tp-fp8)",
+              file=sys.stderr)
         return 2
     if "hpz" in modes and layout.ranks_per_host < 2:
         print("zipccl demo: hpz reshards to each host's ranks: it needs --ranks-per-host 2 or more", file=sys.stderr)
@@ -178,8 +258,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"network: {net.describe()}")
         if net.mode != "netns":
             print("network: NOT shaped; step times show CPU cost, not what a slow link costs")
+        if args.lossy == "tp-fp8":
+            heads = _heads(args, layout.world_size)
+            print(f"TP over all {layout.world_size} ranks: {heads} heads ({heads // layout.world_size} a rank), "
+                  f"{_batch(args)} sequences of {SEQ_LEN} bytes a step, the same on every rank")
+            print(f"{LABELS['zipccl-fp8']}: {', '.join(f'{op}={m}' for op, m in TP_FP8_POLICY.items())} on "
+                  f"float32 tensors of >= {tp_fp8_min_bytes(args)} bytes (min_bytes: the smallest activation "
+                  f"collective, the position embeddings' ({SEQ_LEN}, {args.d_model}) float32; "
+                  f"parameter gradients stay exact)")
         try:
-            for launch_runs, extra in (ZERO_PP_LAUNCHES if args.lossy else LAUNCHES):
+            for launch_runs, extra in (LOSSY_LAUNCHES[args.lossy] if args.lossy else LAUNCHES):
                 runs.update(_launch(net, launch_runs, extra, args, modes))
         except RanksFailed as exc:
             print(f"zipccl demo: {exc}", file=sys.stderr)
@@ -201,14 +289,20 @@ def _run(args: argparse.Namespace) -> int:
             text = "; ".join(f"{op} " + ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
                              for op, c in sorted(choices.items()))
             print(f"zipccl's choices ({report.MODE_NAMES[mode]}): {text}")
-        lossy = runs.get("zipccl-zpp", {}).get(mode, {}).get("lossy_calls")
-        if lossy is not None:
+        lossy_run = runs.get(LOSSY_RUN.get(args.lossy or ""), {}).get(mode, {})
+        if lossy_run.get("lossy_calls") is not None:
+            calls = lossy_run.get("calls") or {}
             text = "; ".join(f"{op} " + ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
-                             for op, c in sorted(lossy.items())) or "none"
-            print(f"ZeRO++ lossy calls ({report.MODE_NAMES[mode]}): {text}")
+                             + (f" of {calls[op]}" if op in calls else "")
+                             for op, c in sorted(lossy_run["lossy_calls"].items())) or "none"
+            exact = [f"{op} x{n}" for op, n in sorted(calls.items()) if op not in lossy_run["lossy_calls"]]
+            print(f"{LABELS[LOSSY_RUN[args.lossy]]} lossy calls ({report.MODE_NAMES[mode]}): {text}"
+                  + (f"; exact: {', '.join(exact)}" if exact else ""))
     verdicts = report.checks(runs, modes, args.comm_dtype)
-    if args.lossy:
+    if args.lossy == "zero++":
         verdicts += report.zero_pp_checks(runs, modes)
+    elif args.lossy == "tp-fp8":
+        verdicts += report.tp_fp8_checks(runs, modes)
     print()
     for c in verdicts:
         print(f"[{c.label()}] {report.MODE_NAMES[c.mode]}: {c.name}: {c.detail}")

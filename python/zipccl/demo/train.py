@@ -9,6 +9,10 @@ else the machine is doing slows both alike; a sequential pair of runs on a
 shared 2-core machine would mostly measure the neighbours. A gloo default
 group carries the loss and time reports, never a measured byte.
 
+A mode is how the model is spread over the ranks: DDP, FSDP2 (hpZ: FSDP2
+resharding to the host's ranks after forward) or TP (torch's tensor
+parallelism over the whole world, all ranks training on one batch).
+
 Everything that could differ between the copies other than the backend is
 pinned: one compute thread, the same seed for the weights, batches that are
 a function of (seed, step, rank) only. So two backends' loss curves differ
@@ -31,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from .corpus import batch, load_corpus
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, tensor_parallel
 
 EVENT_PREFIX = "@zipccl-demo "
 
@@ -86,6 +90,13 @@ def _lossy_calls(group) -> dict[str, dict[str, int]]:
             if st.get("lossy_calls")}
 
 
+def _calls(group) -> dict[str, int]:
+    """All calls on group, per op kind: what the lossy ones are out of."""
+    import zipccl
+
+    return {op: int(st.get("count", 0)) for op, st in zipccl.stats(group).get("ops", {}).items()}
+
+
 def _choices_since(group, before: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for op, counts in _zipccl_choices(group).items():
@@ -102,6 +113,9 @@ class Trainer:
     def __init__(self, mode: str, backend: str, group, cfg: dict, corpus: torch.Tensor, rank: int) -> None:
         self.mode, self.backend, self.group = mode, backend, group
         self.cfg, self.corpus, self.rank = cfg, corpus, rank
+        # The whole world is one TP group, and a TP group trains on one
+        # batch: every rank draws rank 0's.
+        self.data_rank = 0 if mode == "tp" else rank
         self.model_cfg = GPTConfig(**cfg["model"])
         torch.manual_seed(cfg["seed"])
         self.model = GPT(self.model_cfg)
@@ -138,6 +152,14 @@ class Trainer:
                 fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
             fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
             return model
+        if self.mode == "tp":
+            from torch.distributed.device_mesh import DeviceMesh
+
+            # Meshes over the same ranks compare equal whatever their group,
+            # so DTensor's caches would hand one run's redistributions the
+            # first run's group: a dimension name per group keeps them apart.
+            mesh = DeviceMesh.from_group(self.group, "cpu", mesh_dim_names=(f"tp{self.group.group_name}",))
+            return tensor_parallel(model, mesh)
         raise ValueError(f"unknown mode {self.mode!r}")
 
     def step(self, step: int) -> tuple[float, float]:
@@ -148,7 +170,7 @@ class Trainer:
             peak * (0.1 + 0.45 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm))))
         for group in self.opt.param_groups:
             group["lr"] = lr
-        x, y = batch(self.corpus, step, self.rank, self.cfg["batch"], self.model_cfg.seq_len, self.cfg["seed"])
+        x, y = batch(self.corpus, step, self.data_rank, self.cfg["batch"], self.model_cfg.seq_len, self.cfg["seed"])
         nic0 = _nic_tx()
         if os.environ.get("ZIPCCL_BENCH_NIC"):  # set for every rank alike
             dist.barrier()  # read before any rank of the host sends
@@ -196,13 +218,14 @@ def train_mode(mode: str, runs: dict[str, str], groups: dict, cfg: dict, corpus:
         dist.all_reduce(counts)
         choices = _choices_since(groups[key], trainers[key].choices0) if runs[key] == "zipccl" else None
         lossy = _lossy_calls(groups[key]) if key in cfg.get("lossy", {}) else None
+        calls = _calls(groups[key]) if key in cfg.get("lossy", {}) else None
         if rank == 0:
             emit("summary", mode=mode, run=key, steps=steps, params=trainers[key].model.num_params(),
                  losses=history[key]["losses"], times=history[key]["times"],
                  median_step_s=statistics.median(history[key]["times"][skip:]),
                  zipccl_wire_per_step=counts[0].item() / steps if runs[key] == "zipccl" else None,
                  nic_per_step=counts[1].item() / steps if os.environ.get("ZIPCCL_BENCH_NIC") else None,
-                 zipccl_choices=choices, lossy_calls=lossy)
+                 zipccl_choices=choices, lossy_calls=lossy, calls=calls)
 
 
 def main(argv: list[str]) -> int:
