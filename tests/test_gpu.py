@@ -291,7 +291,7 @@ def test_decode_reduce_matches_torch(k, nsrc):
     assert _bits(got) == _bits(want)
 
 
-@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("mode", ["int8", "int4", "fp8"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_quant_kernels_through_the_benchmark_bindings(k, mode, dtype):
     # The lossy kernels as `bench kernels --quant` drives them: a decode
