@@ -24,10 +24,15 @@ import (
 // follows thread for thread, and the AVX2 path (fp8_amd64.s, chosen by
 // useAVX2) operation for operation: its bytes are the portable code's.
 
+// TACO's τ and ε: variables only so that a test can show that the codes
+// and s do not depend on them.
+var (
+	fp8Tau float32 = 448
+	fp8Eps float32 = 1e-6
+)
+
 const (
 	fp8Max = 448 // E4M3's largest finite value, max|u|'s code
-	fp8Tau = 448 // TACO's τ
-	fp8Eps = 1e-6
 	// fp8Tiny: a block whose max|u| is below it (but not 0) travels
 	// exact, so that the decode's s/B and its products stay normal
 	// float32 numbers (2^-100, about 7.9e-31).

@@ -130,6 +130,32 @@ func TestFP8ScaleEquivariance(t *testing.T) {
 	}
 }
 
+// τ and ε change α and nothing else on the wire.
+func TestFP8TauAndEpsilonOnlyChangeAlpha(t *testing.T) {
+	defer func(tau, eps float32) { fp8Tau, fp8Eps = tau, eps }(fp8Tau, fp8Eps)
+	rng := rand.New(rand.NewPCG(4, 4))
+	xs := make([]float32, 5*256+17)
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64() * math.Pow(10, float64(-i/256)))
+	}
+	for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16} {
+		src := put(dt, xs)
+		main0, _ := fp8Message(t, src, dt, 256)
+		for _, te := range [][2]float32{{1, 1e-6}, {448, 1e-2}, {57344, 0}, {3, 1e-30}} {
+			fp8Tau, fp8Eps = te[0], te[1]
+			main, _ := fp8Message(t, src, dt, 256)
+			for b := range Blocks(len(xs), 256) {
+				c0, s0, a0 := fp8Codes(main0, len(xs), 256, b)
+				c, s, a := fp8Codes(main, len(xs), 256, b)
+				require.Equal(t, c0, c, "%v τ %v ε %v block %d: codes", dt, te[0], te[1], b)
+				require.Equal(t, s0, s, "%v τ %v ε %v block %d: s", dt, te[0], te[1], b)
+				require.NotEqual(t, a0, a, "%v τ %v ε %v block %d: α", dt, te[0], te[1], b)
+			}
+			fp8Tau, fp8Eps = 448, 1e-6
+		}
+	}
+}
+
 // H(Hx) = Bx within float32 rounding; every nonzero block holds a ±448
 // code; an all-zero block has s = 0 and decodes to +0, never NaN.
 func TestFP8Transform(t *testing.T) {
