@@ -273,14 +273,9 @@ func TestLossyFP8(t *testing.T) {
 		require.Equal(t, gathered[0].Out, gathered[rank].Out, "all_gather: rank %d", rank)
 		require.NotEqual(t, gathered[rank].In[0], gathered[rank].Out[rank], "all_gather: coded, the owner's shard too")
 	}
-	var st struct {
-		Ops map[string]OpStats `json:"ops"`
-	}
-	js, err := r.comms[0].Stats()
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(js, &st))
-	require.Equal(t, int64(1), st.Ops["all_reduce"].LossyCalls["fp8"])
-	require.Equal(t, int64(1), st.Ops["all_gather"].LossyCalls["fp8"])
+	st := opStats(t, r.comms[0])
+	require.Equal(t, int64(1), st["all_reduce"].LossyCalls["fp8"])
+	require.Equal(t, int64(1), st["all_gather"].LossyCalls["fp8"])
 
 	require.NoError(t, r.comms[3].SetLossy("all_reduce=fp8,min_bytes=0"))
 	res = r.everyRank(func(rank int) *Op {

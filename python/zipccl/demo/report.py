@@ -111,27 +111,7 @@ def _final(losses: Sequence[float]) -> float:
 def zero_pp_checks(runs: dict[str, dict[str, dict[str, Any]]], modes: Sequence[str]) -> list[Check]:
     """--lossy zero++: the ZeRO++ run's final loss within 2 % of lossless
     zipccl's, its lossy policy used, and the goal of a step 1.8x gloo's."""
-    out = []
-    for mode in modes:
-        zpp, z, g = (runs.get(k, {}).get(mode) for k in ("zipccl-zpp", "zipccl", "gloo"))
-        if not zpp:
-            continue
-        calls = zpp.get("lossy_calls") or {}
-        coded = {op: sum(c.values()) for op, c in calls.items()}
-        out.append(Check(mode, "ZeRO++ codes all_gather and reduce_scatter",
-                         coded.get("all_gather", 0) > 0 and coded.get("reduce_scatter", 0) > 0,
-                         ", ".join(f"{op} x{k}" for op, k in sorted(coded.items())) or "no lossy calls"))
-        if z:
-            a, b = _final(zpp["losses"]), _final(z["losses"])
-            rel = a / b - 1
-            out.append(Check(mode, "ZeRO++ loss within 2 % of lossless", abs(rel) <= ZERO_PP_LOSS_RTOL,
-                             f"mean of the last 10 steps {a:.4f} vs {b:.4f} ({rel * 100:+.2f} %)"))
-        if g:
-            speed = g["median_step_s"] / zpp["median_step_s"]
-            out.append(Check(mode, f"ZeRO++ step >= {ZERO_PP_SPEEDUP}x gloo's", speed >= ZERO_PP_SPEEDUP,
-                             f"{speed:.2f}x ({zpp['median_step_s'] * 1e3:.0f} vs {g['median_step_s'] * 1e3:.0f} ms)",
-                             goal=True))
-    return out
+    return _lossy_checks(runs, modes, "zipccl-zpp", "ZeRO++", ZERO_PP_LOSS_RTOL, ZERO_PP_SPEEDUP)
 
 
 TP_FP8_LOSS_RTOL = 0.005
@@ -142,25 +122,32 @@ def tp_fp8_checks(runs: dict[str, dict[str, dict[str, Any]]], modes: Sequence[st
     """--lossy tp-fp8: the fp8 run codes the activations' all_gathers and
     reduce_scatters, its final loss is within 0.5 % of lossless zipccl's,
     and the goal of a step 1.5x gloo's."""
+    return _lossy_checks(runs, modes, "zipccl-fp8", "fp8", TP_FP8_LOSS_RTOL, TP_FP8_SPEEDUP)
+
+
+def _lossy_checks(runs: dict[str, dict[str, dict[str, Any]]], modes: Sequence[str], key: str, name: str,
+                  loss_rtol: float, speedup: float) -> list[Check]:
+    """A lossy run (key) codes all_gather and reduce_scatter, ends within
+    loss_rtol of lossless zipccl's loss, and (the goal) steps speedup
+    times faster than gloo."""
     out = []
     for mode in modes:
-        fp8, z, g = (runs.get(k, {}).get(mode) for k in ("zipccl-fp8", "zipccl", "gloo"))
-        if not fp8:
+        lossy, z, g = (runs.get(k, {}).get(mode) for k in (key, "zipccl", "gloo"))
+        if not lossy:
             continue
-        coded = {op: sum(c.values()) for op, c in (fp8.get("lossy_calls") or {}).items()}
-        out.append(Check(mode, "fp8 codes all_gather and reduce_scatter",
+        coded = {op: sum(c.values()) for op, c in (lossy.get("lossy_calls") or {}).items()}
+        out.append(Check(mode, f"{name} codes all_gather and reduce_scatter",
                          coded.get("all_gather", 0) > 0 and coded.get("reduce_scatter", 0) > 0,
                          ", ".join(f"{op} x{k}" for op, k in sorted(coded.items())) or "no lossy calls"))
         if z:
-            a, b = _final(fp8["losses"]), _final(z["losses"])
+            a, b = _final(lossy["losses"]), _final(z["losses"])
             rel = a / b - 1
-            out.append(Check(mode, f"fp8 loss within {TP_FP8_LOSS_RTOL * 100:g} % of lossless",
-                             abs(rel) <= TP_FP8_LOSS_RTOL,
+            out.append(Check(mode, f"{name} loss within {loss_rtol * 100:g} % of lossless", abs(rel) <= loss_rtol,
                              f"mean of the last 10 steps {a:.4f} vs {b:.4f} ({rel * 100:+.2f} %)"))
         if g:
-            speed = g["median_step_s"] / fp8["median_step_s"]
-            out.append(Check(mode, f"fp8 step >= {TP_FP8_SPEEDUP}x gloo's", speed >= TP_FP8_SPEEDUP,
-                             f"{speed:.2f}x ({fp8['median_step_s'] * 1e3:.0f} vs {g['median_step_s'] * 1e3:.0f} ms)",
+            ratio = g["median_step_s"] / lossy["median_step_s"]
+            out.append(Check(mode, f"{name} step >= {speedup}x gloo's", ratio >= speedup,
+                             f"{ratio:.2f}x ({lossy['median_step_s'] * 1e3:.0f} vs {g['median_step_s'] * 1e3:.0f} ms)",
                              goal=True))
     return out
 
