@@ -339,6 +339,28 @@ def task_save_load(ctx):
     return runs[0][1]
 
 
+def task_r_max_from_link(ctx):
+    """r_max=None: set at the first window's end from zipccl's measured link
+    and the group's mean compression time, the same on every rank; refused
+    on a gloo group."""
+    try:
+        hooks.EDGCState(ctx.gloo, r_max=None, total_iterations=10)
+        refused = "accepted"
+    except ValueError as e:
+        refused = str(e)
+    x = torch.randn(1 << 18)
+    dist.all_reduce(x)  # a float collective of 1 MiB: the group measures its link
+    state = hooks.EDGCState(None, r_min=4, r_max=None, window=2, total_iterations=4, alpha=1.0)
+    assert state.controller.r_max is None
+    for step in range(6):
+        run_step(state, _entropy_grads(step, ctx.rank, ctx.world_size, SHAPES, False))
+    link = state.link
+    shapes = [sh for per in state.shapes.values() for sh in per]
+    want = hooks.max_rank(shapes, ctx.world_size, link["latency_s"], link["bytes_per_s"], link["compress_s_per_rank"])
+    return {"refused": refused, "link": link, "r_max": state.controller.r_max, "want": want,
+            "same": _all_same(ctx, repr(link)), "shapes": shapes}
+
+
 def task_ddp_gpt(ctx, steps):
     """The demo's GPT under DDP on the zipccl group, plain and with EDGC."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -407,6 +429,16 @@ def test_ranks_agree_when_local_entropies_differ(pools, ws):
     used = [x for x in ranks if x is not None]
     assert len(set(used)) > 1, f"the rank never moved: {ranks}"  # Q was cut/widened
     assert all(abs(a - b) <= 4 for a, b in zip(used, used[1:])), ranks
+
+
+def test_r_max_from_the_measured_link(pools):
+    res = pools.get(2).run(task_r_max_from_link)
+    r0 = res[0]
+    assert "pass r_max" in r0["refused"], r0["refused"]
+    assert all(r["same"] for r in res), [r["link"] for r in res]
+    assert r0["link"]["bytes_per_s"] > 0 and r0["link"]["compress_s_per_rank"] > 0, r0["link"]
+    assert r0["r_max"] == r0["want"] == r0["link"]["r_max"], r0
+    assert sorted(r0["shapes"]) == sorted([(64, 48), (96, 64), (5, 5), (80, 72)])
 
 
 def test_state_save_load_resumes(pools):

@@ -26,7 +26,7 @@ from .hosts import host_groups, host_mesh, topology
 
 __version__ = "0.1.0"
 
-__all__ = ["LinkModel", "Options", "__version__", "codec", "host_groups", "host_mesh", "info", "library_path",
+__all__ = ["LinkModel", "Options", "__version__", "codec", "hooks", "host_groups", "host_mesh", "info", "library_path",
            "link_model", "set_lossy", "stats", "topology"]
 
 BACKEND_NAME = "zipccl"
@@ -330,12 +330,12 @@ def set_lossy(group: Any = None, *, min_bytes: int | None = None, fp8_block: int
 
 
 def __getattr__(name: str) -> Any:
-    # zipccl.codec without an explicit import, and without loading it (or
-    # the engine) at `import zipccl`.
-    if name == "codec":
+    # zipccl.codec and zipccl.hooks without an explicit import, and without
+    # loading them (or the engine) at `import zipccl`.
+    if name in ("codec", "hooks"):
         import importlib
 
-        return importlib.import_module(".codec", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'zipccl' has no attribute {name!r}")
 
 

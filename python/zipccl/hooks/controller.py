@@ -43,11 +43,16 @@ class RankController:
       backward time over the seconds one unit of rank adds to the DP
       all-reduce), clamped to [r_min, r_max], so that later-starting stages
       finish their DP sync with stage 1.
+
+    r_max may be None at first: EDGCState sets it from the measured link
+    (max_rank) before the first window ends. An r_max below r_min (no rank
+    pays on this link) keeps the controller in warm-up: nothing is
+    compressed.
     """
 
-    def __init__(self, r_min: int, r_max: int, warmup_iterations: int, max_step: int = 8, stage: int = 0,
+    def __init__(self, r_min: int, r_max: int | None, warmup_iterations: int, max_step: int = 8, stage: int = 0,
                  stage_offset: float = 0.0) -> None:
-        if not 1 <= r_min <= r_max:
+        if r_min < 1 or r_max is not None and r_max < r_min:
             raise ValueError(f"need 1 <= r_min <= r_max, got r_min={r_min} r_max={r_max}")
         if max_step < 1:
             raise ValueError(f"max_step must be >= 1, got {max_step}")
@@ -71,6 +76,10 @@ class RankController:
 
     def end_window(self, entropy: float, iterations_done: int, shape: tuple[int, int]) -> WindowRecord:
         """Applies one window's mean entropy; shape is the reference matrix."""
+        if self.r_max is None:
+            raise RuntimeError("RankController.end_window before r_max was set")
+        if self.r_max < self.r_min:
+            return WindowRecord(iterations_done, entropy, 0.0, None)
         cap = min(self.r_max, *shape)
         lo = min(self.r_min, cap)
         if self.h_ref is None:

@@ -32,6 +32,7 @@ every rank computes the same rank from the same numbers.
 # compares edgc_hook's annotations with dist.GradBucket and
 # torch.futures.Future[torch.Tensor] as objects.
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from .controller import RankController, WindowRecord
+from .controller import RankController, WindowRecord, max_rank
 from .entropy import default_bin_width, histogram_entropy, sample_elements
 
 
@@ -62,9 +63,14 @@ class EDGCState:
 
     Args:
         process_group: the DP group (None: the default group).
-        r_min, r_max: the rank's bounds. r_max is required for now: compute
-            it with zipccl.hooks.max_rank from the link's latency and
-            bandwidth and the measured compression time.
+        r_min, r_max: the rank's bounds. r_max None (on a zipccl group):
+            the largest rank for which compressing, sending and
+            decompressing beats sending the raw gradient (max_rank), from
+            the link zipccl measured for the group (zipccl.link_model) and
+            this hook's own compression time, timed on the gradients at
+            rank r_min and averaged over the group; set at the first
+            window's end, the same on every rank (state.link holds what it
+            used). With another backend r_max must be given.
         window: iterations per window; the rank changes only at a window's
             end (paper: 1000).
         warmup_fraction, total_iterations: no compression before
@@ -92,9 +98,10 @@ class EDGCState:
                  window: int = 1000, warmup_fraction: float = 0.1, total_iterations: int, alpha: float = 0.1,
                  beta: float = 0.25, stage: int = 0, stage_offset: float = 0.0, min_compression_rate: float = 2.0,
                  max_step: int = 8, seed: int = 0) -> None:
-        if r_max is None:
-            raise ValueError("EDGCState needs r_max: compute it with zipccl.hooks.max_rank(...) from the link's "
-                             "latency and bandwidth and the measured compression time")
+        if r_max is None and dist.get_backend(process_group) != "zipccl":
+            raise ValueError(f"EDGCState(r_max=None) takes r_max from the link zipccl measures; on a "
+                             f"{dist.get_backend(process_group)} group pass r_max (zipccl.hooks.max_rank computes "
+                             "one from a link's latency and bandwidth)")
         if window < 1 or total_iterations < 1:
             raise ValueError(f"window and total_iterations must be >= 1, got {window} and {total_iterations}")
         if not 0 < alpha <= 1 or not 0 < beta <= 1:
@@ -119,6 +126,13 @@ class EDGCState:
         self.windows: list[WindowRecord] = []
         self.bytes_in = 0
         self.bytes_out = 0
+        # r_max=None: each bucket's matrix shapes and seconds to compress
+        # them at rank r_min (timed once), and what max_rank was given
+        self.r_min = r_min
+        self.shapes: dict[int, list[tuple[int, int]]] = {}
+        self.compress_seconds: dict[int, float] = {}
+        self.link: dict[str, float] | None = None
+        self._grad_bytes = 4
         self._entropy_sum = 0.0
         self._entropy_weight = 0.0
         self._pending: Callable[[], None] | None = None
@@ -153,7 +167,9 @@ class EDGCState:
 
     def _observe(self, index: int, buffer: torch.Tensor, grads: list[torch.Tensor]) -> None:
         """Samples the bucket's entropy on measuring iterations; tracks the
-        largest matrix (the rank model's reference shape)."""
+        largest matrix (the rank model's reference shape); until r_max is
+        set, times the bucket's compression once."""
+        self._grad_bytes = buffer.element_size()
         for g in grads:
             if g.dim() >= 2:
                 shape = (g.shape[0], g.numel() // g.shape[0])
@@ -161,6 +177,8 @@ class EDGCState:
                     self.reference_shape = shape
         if self.iter < 1 or self.iter % self.period:
             return
+        if self.controller.r_max is None and index not in self.compress_seconds:
+            self._time_compression(index, grads)
         gen = torch.Generator(device=buffer.device).manual_seed(_seed(self.seed, self.iter, index))
         sample = sample_elements(buffer, self.beta, gen)
         width = self.bin_widths.get(index)
@@ -174,18 +192,61 @@ class EDGCState:
             self._entropy_sum += h * buffer.numel()
             self._entropy_weight += buffer.numel()
 
+    def _time_compression(self, index: int, grads: list[torch.Tensor]) -> None:
+        """Times this bucket's compression and decompression at rank r_min
+        (P = MQ, orthonormalisation, Q = M^T P, PQ^T), without its
+        all-reduces: max_rank's T_c."""
+        mats = [g.reshape(g.shape[0], -1) for g in grads if g.dim() >= 2]
+        cuda = any(g.is_cuda for g in mats)
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for g in mats:
+            m = g.to(torch.float32, copy=True)
+            r = min(*m.shape, self.r_min)
+            p = orthonormalize(m @ orthonormalize(torch.ones(m.shape[1], r, device=m.device)))
+            g.new_empty(g.shape).copy_(p @ (m.T @ p).T)
+        if cuda:
+            torch.cuda.synchronize()
+        shapes = [(g.shape[0], g.shape[1]) for g in mats]
+        self.shapes[index] = shapes
+        self.compress_seconds[index] = time.perf_counter() - start
+
     def _end_iteration(self, group: dist.ProcessGroup, device: torch.device) -> None:
         """Counts the iteration; at a window's end agrees on the window's
-        entropy over the group and updates the rank."""
+        entropy (and, until r_max is set, the compression time) over the
+        group and updates the rank."""
         self.iter += 1
         if self.iter % self.window:
             return
-        t = torch.tensor([self._entropy_sum, self._entropy_weight], dtype=torch.float64, device=device)
+        timed = sum(self.compress_seconds.values())
+        t = torch.tensor([self._entropy_sum, self._entropy_weight, timed], dtype=torch.float64, device=device)
         dist.all_reduce(t, group=group)
         self._entropy_sum = self._entropy_weight = 0.0
-        total, weight = t.tolist()
+        total, weight, timed_sum = t.tolist()
+        if self.controller.r_max is None:
+            if timed_sum <= 0:
+                return  # no bucket timed yet: the next window sets r_max
+            self._set_r_max(group, timed_sum / dist.get_world_size(group))
         if weight > 0 and self.reference_shape is not None:
             self.windows.append(self.controller.end_window(total / weight, self.iter, self.reference_shape))
+
+    def _set_r_max(self, group: dist.ProcessGroup, compress_seconds: float) -> None:
+        """r_max from zipccl's measured link and the group's mean compression
+        time (the same numbers on every rank, so the same r_max)."""
+        from .. import link_model
+
+        link = link_model(group)
+        if link is None:
+            raise RuntimeError("EDGCState(r_max=None): zipccl has not measured this group's link (it does at the "
+                               "first float collective of 64 KiB or more under compression 'auto'; under "
+                               "'never' it does not): pass r_max")
+        shapes = [s for per_bucket in self.shapes.values() for s in per_bucket]
+        per_rank = compress_seconds / self.r_min
+        self.controller.r_max = max_rank(shapes, dist.get_world_size(group), link.latency_s, link.bytes_per_s,
+                                         per_rank, grad_bytes=self._grad_bytes)
+        self.link = {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s,
+                     "compress_s_per_rank": per_rank, "r_max": self.controller.r_max}
 
     def _q_for(self, index: int, j: int, cols: int, r: int, device: torch.device) -> torch.Tensor:
         """Q for matrix j of the bucket: last step's (warm start), cut or
