@@ -164,8 +164,12 @@ func (c *Comm) decide(op *Op, t *task, size int) switcher.Step {
 	if ok && t.hosts != nil {
 		// Hierarchical: coding only changes the rails' part (inside a host
 		// nothing is coded), so the model costs one rail's op: H ranks, the
-		// R-th part of the payload.
-		in.Ranks, in.Bytes = len(t.hosts), size/len(t.hosts[0])
+		// R-th part of the payload; a broadcast's chain crosses the H hosts
+		// with the whole of it.
+		in.Ranks = len(t.hosts)
+		if op.Kind != opkind.Broadcast {
+			in.Bytes = size / len(t.hosts[0])
+		}
 	}
 	t.keyed, t.key = ok && c.z.mode == switcher.Auto, switcher.KeyOf(in)
 	if !ok {

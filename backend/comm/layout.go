@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zipccl/zipccl/backend/collective"
 	"os"
 	"strings"
 	"sync"
@@ -99,8 +100,9 @@ func flatOption(opts map[string]string) (bool, error) {
 }
 
 // hierarchy is the layout op runs hierarchically on, or nil for the flat
-// algorithms: all_reduce, reduce_scatter and all_gather of host memory, on
-// a group of equal hosts of several ranks (zcoll.Hosts.Hierarchical, judged
+// algorithms: all_reduce, reduce_scatter, all_gather and broadcast (above
+// the size the root sends directly to every rank) of host memory, on a
+// group of equal hosts of several ranks (zcoll.Hosts.Hierarchical, judged
 // once, when the layout is learned from the Store by the first call).
 func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	if c.flat || op.Dev != nil {
@@ -108,6 +110,10 @@ func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	}
 	switch op.Kind {
 	case opkind.AllReduce, opkind.ReduceScatter, opkind.AllGather:
+	case opkind.Broadcast:
+		if len(op.Out[0])*(c.cfg.Size-1) <= collective.BroadcastDirectMax {
+			return nil, nil
+		}
 	default:
 		return nil, nil
 	}

@@ -61,8 +61,8 @@ func TestHostsWaitEndsWithContext(t *testing.T) {
 	require.ErrorContains(t, err, "host of rank 1")
 }
 
-// On 2 hosts of 2 ranks (interleaved), all_reduce, reduce_scatter and
-// all_gather run hierarchically: every rank gets the documented order's
+// On 2 hosts of 2 ranks (interleaved), all_reduce, reduce_scatter,
+// all_gather and broadcast run hierarchically: every rank gets the documented order's
 // bits (within a host, then across hosts), coded or not; hierarchy=flat
 // gives the flat order; ranks that disagree fail with a mismatch.
 func TestHierarchicalOps(t *testing.T) {
@@ -147,6 +147,21 @@ func TestHierarchicalOps(t *testing.T) {
 				for j := range 4 {
 					require.True(t, bytes.Equal(f32s(data(j, 20)...), gathered[rank][j]), "all_gather rank %d shard %d", rank, j)
 				}
+			}
+
+			// broadcast from rank 1: the chain host by host, the root's bytes
+			bc := make([][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				bc[rank] = make([]byte, 4*numel)
+				if rank == 1 {
+					copy(bc[rank], f32s(data(1, 30)...))
+				}
+				return &Op{Kind: opkind.Broadcast, DType: dtype.Float32, Root: 1, In: [][]byte{bc[rank]}, Out: [][]byte{bc[rank]}}
+			}) {
+				require.NoError(t, res.err)
+			}
+			for rank := range 4 {
+				require.True(t, bytes.Equal(f32s(data(1, 30)...), bc[rank]), "broadcast rank %d", rank)
 			}
 		})
 	}

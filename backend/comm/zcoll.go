@@ -27,6 +27,8 @@ func (c *Comm) runZcoll(ctx context.Context, conn *opConn, op *Op, a collective.
 			return zcoll.HierReduceScatter(ctx, conn, za, t.hosts)
 		case opkind.AllGather:
 			return zcoll.HierAllGather(ctx, conn, za, t.hosts)
+		case opkind.Broadcast:
+			return zcoll.HierBroadcast(ctx, conn, za, t.hosts)
 		}
 	}
 	switch op.Kind {

@@ -85,19 +85,29 @@ func Equal(layout [][]int, n int) bool {
 	if len(layout) < 2 || len(layout[0]) < 2 || len(layout)*len(layout[0]) != n {
 		return false
 	}
-	seen := make([]bool, n)
 	for _, host := range layout {
 		if len(host) != len(layout[0]) {
 			return false
 		}
+	}
+	return Partition(layout, n)
+}
+
+// Partition reports whether layout holds each of the ranks 0..n-1 exactly
+// once (hosts of any size).
+func Partition(layout [][]int, n int) bool {
+	seen := make([]bool, n)
+	count := 0
+	for _, host := range layout {
 		for _, r := range host {
 			if r < 0 || r >= n || seen[r] {
 				return false
 			}
 			seen[r] = true
+			count++
 		}
 	}
-	return true
+	return count == n
 }
 
 // Where finds rank in layout: its host and its local index there (-1, -1

@@ -3,8 +3,10 @@ package zcoll
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/zipccl/zipccl/backend/collective"
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/internal/bufs"
 	"github.com/zipccl/zipccl/backend/internal/workgroup"
 )
@@ -24,6 +26,46 @@ import (
 // own copy (codec DecodeSplit) when it has both, in whichever order they
 // came (both receives are posted together).
 func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
+	return broadcast(ctx, c, a, nil)
+}
+
+// HierBroadcast is Broadcast with the chain ordered host by host: the
+// root, the other ranks of its host, then each following host's ranks
+// (hosts in order from the root's, ranks in local order), so the data
+// crosses each host boundary once: H-1 host-link transfers of the buffer,
+// each host's NIC receiving it once, where the chain in rank order crosses
+// hosts at every hop whose ranks sit apart. Any layout of every rank once
+// works (hosts of unequal size too); the bytes are Broadcast's.
+func HierBroadcast(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
+	if !hosts.Partition(h, c.Size()) {
+		return fmt.Errorf("zcoll: broadcast: layout %v does not hold each of %d ranks once", h, c.Size())
+	}
+	return broadcast(ctx, c, a, h)
+}
+
+// chainOrder is the ranks along the broadcast chain from root: host by
+// host from the root's (nil h: root, root+1, ...).
+func chainOrder(n, root int, h Hosts) []int {
+	order := make([]int, 0, n)
+	if h == nil {
+		for i := range n {
+			order = append(order, (root+i)%n)
+		}
+		return order
+	}
+	home, _ := h.where(root)
+	order = append(order, root)
+	for i := range h {
+		for _, r := range h[(home+i)%len(h)] {
+			if r != root {
+				order = append(order, r)
+			}
+		}
+	}
+	return order
+}
+
+func broadcast(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
 	const op = "broadcast"
 	r, err := newRun(op, "chain", c, &a, true)
 	if err != nil {
@@ -53,8 +95,9 @@ func Broadcast(ctx context.Context, c collective.VarConn, a Args) error {
 		return nil
 	}
 	n := r.n
-	pos := (r.me - a.Root + n) % n // distance from the root along the chain
-	next, prev := (r.me+1)%n, (r.me+n-1)%n
+	order := chainOrder(n, a.Root, h)
+	pos := slices.Index(order, r.me) // distance from the root along the chain
+	next, prev := order[(pos+1)%n], order[(pos+n-1)%n]
 	cs := r.cut(len(buf))
 	g, gctx := newGroup(ctx)
 	switch {

@@ -202,3 +202,54 @@ func TestHierCrossHostBytes(t *testing.T) {
 	require.Equal(t, 2*m*int64(len(h)-1), hier)
 	require.Equal(t, 2*hier, flat)
 }
+
+// The hierarchical broadcast is the chain visited host by host: the flat
+// result bit for bit, from every root, on equal and unequal hosts, coded
+// or not; the buffer crosses H-1 host boundaries where the chain in rank
+// order crosses one per hop between hosts.
+func TestHierBroadcast(t *testing.T) {
+	layouts := append([]Hosts{{{0, 1, 2}, {3}}, {{3}, {0, 2}, {1, 4}}}, hierLayouts...)
+	for _, h := range layouts {
+		n := 0
+		hostOf := map[int]int{}
+		for i, host := range h {
+			n += len(host)
+			for _, r := range host {
+				hostOf[r] = i
+			}
+		}
+		rng := rand.New(rand.NewPCG(uint64(n), 17))
+		want := genData(rng, dtype.BFloat16, 3000, gaussian)
+		for root := range n {
+			for _, p := range hierPlans() {
+				w := conntest.NewWorld(n)
+				var across atomic.Int64
+				w.Corrupt = func(src, dst int, _ uint32, msg []byte) []byte {
+					if hostOf[src] != hostOf[dst] {
+						across.Add(int64(len(msg)))
+					}
+					return msg
+				}
+				args := make([]Args, n)
+				outs := make([][]byte, n)
+				for r := range n {
+					outs[r] = make([]byte, len(want))
+					if r == root {
+						copy(outs[r], want)
+					}
+					args[r] = Args{Args: collective.Args{DType: dtype.BFloat16, Root: root, In: [][]byte{outs[r]}, Out: [][]byte{outs[r]}}, Plan: p.p}
+				}
+				mustOK(t, w, runWorld(t, w, func(ctx context.Context, c collective.VarConn, a Args) error {
+					return HierBroadcast(ctx, c, a, h)
+				}, args, runOpts{}))
+				for r := range n {
+					sameBytes(t, fmt.Sprintf("%v root %d %s rank %d", h, root, p.name, r), outs[r], want)
+				}
+				if p.name == "plain" {
+					require.Equal(t, int64(len(h)-1)*int64(len(want)), across.Load(), "%v root %d: host-link bytes", h, root)
+				}
+			}
+		}
+	}
+	require.Error(t, HierBroadcast(context.Background(), conntest.NewWorld(2).Conns()[0], Args{}, Hosts{{0}, {0}}))
+}
