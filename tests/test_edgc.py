@@ -361,41 +361,37 @@ def task_r_max_from_link(ctx):
             "same": _all_same(ctx, repr(link)), "shapes": shapes}
 
 
-def task_ddp_gpt(ctx, steps):
-    """The demo's GPT under DDP on the zipccl group, plain and with EDGC."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
+def _allreduce_wire(group=None) -> int:
+    """The bytes zipccl's all_reduce has sent on group so far."""
+    import zipccl
 
-    from zipccl.demo.model import GPT, GPTConfig
+    return int(zipccl.stats(group).get("ops", {}).get("all_reduce", {}).get("wire_bytes", 0))
 
-    cfg = GPTConfig(seq_len=32, d_model=96, n_layers=2, n_heads=4)
-    text = torch.tensor(list(b"the quick brown fox jumps over the lazy dog; " * 40), dtype=torch.long)
+
+def task_ddp_gpt(ctx, steps, window):
+    """The demo's DDP training (its GPT, corpus, AdamW and schedule: the
+    demo's own Trainer) on the zipccl group, plain and with EDGC; per step
+    the loss, the hook's rank and all_reduce's wire bytes from
+    zipccl.stats()."""
+    from zipccl.demo.corpus import load_corpus
+    from zipccl.demo.train import Trainer
+
+    cfg = {"steps": steps, "batch": 4, "comm_dtype": "mixed", "lr": 1e-3, "seed": 0,
+           "model": {"d_model": 192, "n_layers": 4, "n_heads": 6, "seq_len": 128},
+           "dp_hooks": {"edgc": {"r_min": 8, "r_max": 32, "window": window, "alpha": 1.0,
+                                 "warmup_fraction": 0.1}}}
+    corpus, _ = load_corpus(1 << 20)
     results = {}
-    for mode in ("plain", "edgc"):
-        torch.manual_seed(0)
-        model = DDP(GPT(cfg), bucket_cap_mb=0.1)
-        state = None
-        if mode == "edgc":
-            state = hooks.EDGCState(None, r_min=8, r_max=24, window=4, total_iterations=steps, alpha=0.5)
-            model.register_comm_hook(state, hooks.edgc_hook)
-        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-        gen = torch.Generator().manual_seed(ctx.rank)
-        losses, ranks, payload = [], [], []
-        for _ in range(steps):
-            before = state.compression_stats() if state else None
-            start = torch.randint(0, text.numel() - cfg.seq_len - 1, (8,), generator=gen)
-            batch = torch.stack([text[s:s + cfg.seq_len + 1] for s in start.tolist()])
-            loss = model(batch[:, :-1], batch[:, 1:])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            ranks.append(state.rank if state else None)
-            if state:
-                after = state.compression_stats()
-                payload.append((after[1] - before[1], after[2] - before[2]))
-        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        results[mode] = {"losses": losses, "ranks": ranks, "same_params": _all_same(ctx, _digest([params])),
-                         "payload": payload}
+    for key in ("plain", "edgc"):
+        trainer = Trainer(key, "ddp", "zipccl", None, cfg, corpus, ctx.rank)
+        losses, wire = [], []
+        for step in range(steps):
+            before = _allreduce_wire()
+            losses.append(trainer.step(step)[0])
+            wire.append(_allreduce_wire() - before)
+        params = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
+        results[key] = {"losses": losses, "wire": wire, "ranks": trainer.hook_ranks,
+                        "same_params": _all_same(ctx, _digest([params]))}
     return results
 
 
@@ -447,22 +443,28 @@ def test_state_save_load_resumes(pools):
 
 
 def test_ddp_gpt_with_edgc_vs_plain(pools):
-    steps = 40
-    res = pools.get(2).run(task_ddp_gpt, steps, timeout=180)
+    """Issue test 7: the demo's GPT under DDP with EDGC (r_max 32: the
+    loopback link would give no rank that pays) against plain DDP, from the
+    same weights on the same batches: the loss within 1 % after the same
+    steps (the mean of the last 10, as the demo reports it), and once
+    EDGC compresses, all_reduce's wire bytes at most 60 % of plain's over
+    the same steps."""
+    steps = 60
+    res = pools.get(2).run(task_ddp_gpt, steps, 5, timeout=240)
     r0 = res[0]
-    for mode in ("plain", "edgc"):
-        assert all(r[mode]["same_params"] for r in res), f"{mode}: ranks' parameters differ"
-        assert all(math.isfinite(x) for x in r0[mode]["losses"])
+    for key in ("plain", "edgc"):
+        assert all(r[key]["same_params"] for r in res), f"{key}: ranks' parameters differ"
+        assert all(math.isfinite(x) for x in r0[key]["losses"])
     ranks = r0["edgc"]["ranks"]
     assert ranks[0] is None and ranks[-1] is not None, f"EDGC never compressed: {ranks}"
-    # bytes handed to all-reduces per step (the hook's payload) once compressing
-    given = sum(b_in for (b_in, _), r in zip(r0["edgc"]["payload"], ranks) if r is not None)
-    sent = sum(b_out for (_, b_out), r in zip(r0["edgc"]["payload"], ranks) if r is not None)
-    plain, edgc = np.mean(r0["plain"]["losses"][-5:]), np.mean(r0["edgc"]["losses"][-5:])
-    print(f"last-5 loss: plain {plain:.4f} edgc {edgc:.4f}; payload after warm-up {sent / given:.3f} of raw; "
-          f"ranks {ranks}")
-    assert sent < 0.6 * given, (sent, given)
+    assert all(r is None for r in ranks[:6]), ranks  # warm-up: 10 % of 60 steps
+    on = [i for i, r in enumerate(ranks) if r is not None]
+    assert on == list(range(on[0], steps)), ranks  # once started, it compresses every step
+    edgc_bytes = sum(r0["edgc"]["wire"][i] for i in on)
+    plain_bytes = sum(r0["plain"]["wire"][i] for i in on)
+    plain, edgc = np.mean(r0["plain"]["losses"][-10:]), np.mean(r0["edgc"]["losses"][-10:])
+    print(f"last-10 loss: plain {plain:.4f} edgc {edgc:.4f} ({(edgc / plain - 1) * 100:+.2f} %); all_reduce wire "
+          f"bytes over steps {on[0]}..{steps - 1}: {edgc_bytes / plain_bytes:.3f} of plain's; ranks {ranks}")
     assert plain < r0["plain"]["losses"][0] * 0.8  # it learned
-    # A memorising task trained to loss 0.6 in 40 steps, compressed to rank
-    # 8 from step ~20: a few percent (the issue's 1% is for the demo's run).
-    assert abs(edgc - plain) / plain < 0.05, (plain, edgc)
+    assert edgc_bytes <= 0.6 * plain_bytes, (edgc_bytes, plain_bytes)
+    assert abs(edgc / plain - 1) <= 0.01, (plain, edgc)

@@ -36,6 +36,29 @@ step grow with the batch while the step's fixed cost (about a hundred
 collectives, DTensor's dispatch) does not; at 4 sequences gloo's step is
 bound by the collectives' latency more than by bytes. 8 heads instead of
 6 (at the default d_model), so that each rank gets whole heads.
+
+``--dp-hook edgc`` trains DDP with gradient compression hooks instead,
+alternating in one launch on three zipccl groups: plain DDP, PowerSGD at
+a fixed rank (--psgd-rank, default 24) and zipccl.hooks' EDGC (r_min 4,
+r_max None: from the link zipccl measured and the hook's own compression
+time; windows of 5 steps, entropy sampled every step: the paper's 1000
+and 1/alpha = 10 would leave no window to act in 100 steps). The
+fixed-rank run is EDGCState with r_min = r_max, not torch's powerSGD_hook,
+which deadlocks on CPU tensors (see DP_HOOK_LAUNCHES), so it shares EDGC's
+start rule: compression from the first window after warm-up whose
+entropy is below the first window's. Its rank, 24, is the mean rank
+EDGC compressed at in a default 100-step run (r_max 84 measured at
+100 Mbit/s, 76 down to r_min 4 by 8 a window, then 4; another run
+measured 89 and averaged 26.8): the fixed rank meant to send about
+EDGC's bytes. Bytes are not linear in rank (at high
+ranks fewer matrices pass min_compression_rate), so the equal-bytes
+check compares only where EDGC sent no more bytes than this run, and
+says so where it sent more. (At rank 8 the fixed run sent 7.2 MB a step
+to EDGC's 12.2.) Defaults: 4 ranks, one per host, 100 Mbit/s: unshaped
+(--no-netns) a step computes in about 170 ms on this 2-core machine,
+and plain DDP's float32 gradients (7.6 MB) make about 11.4 MB per host
+NIC per step, 0.9 s at 100 Mbit/s and 0.09 s at 1 Gbit/s: at 100 Mbit/s
+the step is bound by the link, at 1 Gbit/s by compute.
 """
 
 from __future__ import annotations
@@ -59,7 +82,8 @@ from .train import EVENT_PREFIX
 # compression off, a separate run whose losses must match the first's zipccl
 # bit for bit. key -> label; launch -> ({key: backend}, extra environment).
 LABELS = {"gloo": "gloo", "zipccl": "zipccl", "zipccl-off": "zipccl, compression off",
-          "zipccl-zpp": "zipccl ZeRO++ (int8+int4)", "zipccl-fp8": "zipccl TP fp8"}
+          "zipccl-zpp": "zipccl ZeRO++ (int8+int4)", "zipccl-fp8": "zipccl TP fp8",
+          "zipccl-fixed": "zipccl fixed-rank PowerSGD", "zipccl-edgc": "zipccl EDGC"}
 LAUNCHES = [
     ({"gloo": "gloo", "zipccl": "zipccl"}, {}),
     ({"zipccl-off": "zipccl"}, {"ZIPCCL_COMPRESS": "never"}),
@@ -81,6 +105,23 @@ ZERO_PP_LINK = "100mbit"
 DEFAULT_BATCH = 4
 TP_BATCH = 16
 
+# --dp-hook edgc: one launch of three DDP runs on zipccl groups, plain,
+# with PowerSGD at a fixed rank and with EDGC. The fixed-rank run is
+# EDGCState with r_min = r_max, not torch's powerSGD_hook: torch's hook
+# waits, inside a future's callback, for the all-reduce it has just issued
+# there, and issues its second and third all-reduces from those callbacks,
+# so ranks may issue collectives in different orders. On CPU tensors that
+# deadlocks at its first compressed step, on zipccl (2 and 4 ranks: a hang)
+# and on gloo (2 ranks: "Received data size doesn't match expected size. Is
+# there a distributed collective mismatch").
+DP_HOOK_LAUNCHES = {"edgc": [({"zipccl": "zipccl", "zipccl-fixed": "zipccl", "zipccl-edgc": "zipccl"}, {})]}
+DP_HOOK_LINK = "100mbit"
+EDGC_WARMUP_FRACTION = 0.1  # the paper's, and torch's advice for start_powerSGD_iter
+EDGC_R_MIN = 4
+EDGC_WINDOW = 5
+EDGC_ALPHA = 1.0
+PSGD_RANK = 24  # EDGC's mean rank in the default run: see the docstring
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_layout_arguments(p, DEFAULT_WORLD_SIZE)
@@ -90,8 +131,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "tp-fp8: tensor parallelism over all ranks (sequence-parallel), TACO's fp8 for "
                         "all_reduce, all_gather and reduce_scatter, against lossless zipccl and gloo "
                         "(defaults: 4 ranks, one per host, 1gbit, --batch 16)")
+    p.add_argument("--dp-hook", choices=tuple(DP_HOOK_LAUNCHES), default=None,
+                   help="edgc: DDP on zipccl plain, with PowerSGD at a fixed rank (--psgd-rank) and "
+                        f"with zipccl.hooks' EDGC (r_max from the measured link) (defaults: 4 ranks, "
+                        f"--link-rate {DP_HOOK_LINK})")
+    p.add_argument("--psgd-rank", type=int, default=PSGD_RANK,
+                   help=f"--dp-hook: the fixed-rank PowerSGD run's rank (default {PSGD_RANK})")
     p.add_argument("--link-rate", default=None,
-                   help="per-host link rate (each host's NIC) when root (default 1gbit; 100mbit with --lossy zero++)")
+                   help="per-host link rate (each host's NIC) when root (default 1gbit; 100mbit with --lossy zero++ "
+                        f"and {DP_HOOK_LINK} with --dp-hook)")
     p.add_argument("--delay", default=None, help="one-way delay, e.g. 100us")
     p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--no-netns", action="store_true", help="loopback, unshaped")
@@ -146,12 +194,22 @@ def _policy(args: argparse.Namespace) -> dict[str, Any]:
     return ZERO_PP_POLICY
 
 
+def _dp_hooks(args: argparse.Namespace, runs: dict[str, str]) -> dict[str, dict[str, Any]]:
+    if not args.dp_hook:
+        return {}
+    edgc = {"window": EDGC_WINDOW, "alpha": EDGC_ALPHA, "warmup_fraction": EDGC_WARMUP_FRACTION}
+    hooks = {"zipccl-fixed": {**edgc, "r_min": args.psgd_rank, "r_max": args.psgd_rank},
+             "zipccl-edgc": {**edgc, "r_min": EDGC_R_MIN, "r_max": None}}
+    return {k: v for k, v in hooks.items() if k in runs}
+
+
 def _train_config(args: argparse.Namespace, runs: dict[str, str], modes: list[str],
                   world_size: int) -> dict[str, Any]:
     lossy_run = LOSSY_RUN.get(args.lossy or "")
     return {
         "runs": runs,
         "lossy": {lossy_run: _policy(args)} if lossy_run in runs else {},
+        "dp_hooks": _dp_hooks(args, runs),
         "modes": modes,
         "steps": args.steps,
         "batch": _batch(args),
@@ -218,12 +276,25 @@ def _run(args: argparse.Namespace) -> int:
             layout = HostLayout(2, 2)
         else:
             layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE)
-        rate = args.link_rate or (ZERO_PP_LINK if args.lossy == "zero++" else "1gbit")
+        rate = args.link_rate or (ZERO_PP_LINK if args.lossy == "zero++" else DP_HOOK_LINK if args.dp_hook
+                                  else "1gbit")
         link = LinkSpec.parse(rate, args.delay, args.tcp_cc)
     except ValueError as exc:
         print(f"zipccl demo: {exc}", file=sys.stderr)
         return 2
-    if args.lossy == "zero++":
+    if args.lossy and args.dp_hook:
+        print("zipccl demo: --lossy and --dp-hook are separate demos: give one", file=sys.stderr)
+        return 2
+    if args.dp_hook:
+        default_modes = "ddp"
+        if args.comm_dtype == "bfloat16":
+            print("zipccl demo: --dp-hook compresses float32 gradients: --comm-dtype bfloat16 does not apply",
+                  file=sys.stderr)
+            return 2
+        if args.psgd_rank < 1:
+            print(f"zipccl demo: --psgd-rank must be at least 1, not {args.psgd_rank}", file=sys.stderr)
+            return 2
+    elif args.lossy == "zero++":
         # ZeRO++: FSDP2, with hpZ where hosts have several ranks
         default_modes = "hpz" if layout.ranks_per_host > 1 else "fsdp"
     elif args.lossy == "tp-fp8":
@@ -243,6 +314,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.lossy and (len(modes) != 1 or modes[0] not in LOSSY_MODES[args.lossy]):
         allowed = " or ".join(sorted(LOSSY_MODES[args.lossy]))
         print(f"zipccl demo: --lossy {args.lossy} trains one mode: --modes {allowed}", file=sys.stderr)
+        return 2
+    if args.dp_hook and modes != ["ddp"]:
+        print("zipccl demo: --dp-hook trains DDP only: --modes ddp", file=sys.stderr)
         return 2
     if not modes or any(m not in report.MODE_NAMES for m in modes) or ("tp" in modes and not args.lossy):
         print("zipccl demo: --modes takes a comma list of ddp, fsdp, hpz (tp: with --lossy tp-fp8)",
@@ -267,7 +341,11 @@ def _run(args: argparse.Namespace) -> int:
                   f"collective, the position embeddings' ({SEQ_LEN}, {args.d_model}) float32; "
                   f"parameter gradients stay exact)")
         try:
-            for launch_runs, extra in (LOSSY_LAUNCHES[args.lossy] if args.lossy else LAUNCHES):
+            if args.dp_hook:
+                _describe_dp_hooks(args)
+            launches = LOSSY_LAUNCHES[args.lossy] if args.lossy else DP_HOOK_LAUNCHES[args.dp_hook] \
+                if args.dp_hook else LAUNCHES
+            for launch_runs, extra in launches:
                 runs.update(_launch(net, launch_runs, extra, args, modes))
         except RanksFailed as exc:
             print(f"zipccl demo: {exc}", file=sys.stderr)
@@ -275,10 +353,84 @@ def _run(args: argparse.Namespace) -> int:
         network = net.describe()
     labels = LABELS
     print("\n== results ==")
+    if args.dp_hook:
+        _print_dp_hook_results(runs, net.mode == "netns")
+    else:
+        _print_results(runs, labels, modes, args, net.mode == "netns")
+    verdicts = report.checks(runs, modes, args.comm_dtype)
+    if args.lossy == "zero++":
+        verdicts += report.zero_pp_checks(runs, modes)
+    elif args.lossy == "tp-fp8":
+        verdicts += report.tp_fp8_checks(runs, modes)
+    elif args.dp_hook:
+        verdicts += report.dp_hook_checks(runs, args.psgd_rank)
+    print()
+    for c in verdicts:
+        print(f"[{c.label()}] {report.MODE_NAMES[c.mode]}: {c.name}: {c.detail}")
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    png = os.path.join(args.out, f"demo-{stamp}.png")
+    try:
+        report.plot(runs, labels, modes, png, f"{layout.describe()}, {network}")
+    except ImportError:
+        png = "skipped, matplotlib is not installed (pip install matplotlib)"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"demo-{stamp}.json"), "w") as f:
+        json.dump({"command": shlex.join(sys.argv), "network": network, "world_size": layout.world_size,
+                   "hosts": layout.hosts, "ranks_per_host": layout.ranks_per_host, "runs": runs,
+                   "checks": [c.__dict__ for c in verdicts]}, f)
+    print(f"\nplot: {png}")
+    print(f"total {time.monotonic() - started:.0f} s")
+    return 0 if all(c.passed for c in verdicts if not c.goal) else 1
+
+
+def _describe_dp_hooks(args: argparse.Namespace) -> None:
+    common = (f"window={EDGC_WINDOW}, alpha={EDGC_ALPHA:g}, warmup_fraction={EDGC_WARMUP_FRACTION:g}, "
+              f"total_iterations={args.steps}")
+    print(f"{LABELS['zipccl-fixed']}: zipccl.hooks.EDGCState(r_min={args.psgd_rank}, r_max={args.psgd_rank}, "
+          f"{common}) with edgc_hook, NOT torch's powerSGD_hook: that one deadlocks on CPU tensors at its first "
+          "compressed step (zipccl: a hang; gloo: a collective mismatch), see demo/cli.py")
+    print(f"{LABELS['zipccl-edgc']}: zipccl.hooks.EDGCState(r_min={EDGC_R_MIN}, r_max=None (from zipccl.link_model and "
+          f"the hook's measured compression time), {common}) with edgc_hook")
+    print("both compress from the first window's end after warm-up where the window's entropy is below the "
+          "first window's; plain: DDP's own all-reduce")
+
+
+def _print_dp_hook_results(runs: dict[str, dict[str, dict[str, Any]]], netns: bool) -> None:
+    """--dp-hook: the three runs side by side, the ranks over time, and
+    EDGC's windows and the link its r_max came from."""
+    print(report.dp_hook_table(runs, LABELS))
+    print("step ms: median over steps 3.. of the mean over ranks; speed: plain zipccl's step time / this one's")
+    if netns:
+        print("wire MB/step: what all hosts' NICs sent per step (mean over all steps), headers included")
+    else:
+        print("wire MB/step*: zipccl's own payload count (loopback: no NICs)")
+    print("final loss: mean of the last 10 steps")
+    for key in ("zipccl-fixed", "zipccl-edgc"):
+        s = runs.get(key, {}).get("ddp")
+        if s and s.get("hook_ranks") is not None:
+            print(f"{LABELS[key]} rank by step: {report.rank_runs(s['hook_ranks'])}")
+    edgc = runs.get("zipccl-edgc", {}).get("ddp") or {}
+    if edgc.get("link"):
+        link = edgc["link"]
+        print(f"EDGC r_max = {link['r_max']}: link {link['bytes_per_s'] * 8 / 1e6:.0f} Mbit/s, "
+              f"latency {link['latency_s'] * 1e6:.0f} us (zipccl.link_model), compression "
+              f"{link['compress_s_per_rank'] * 1e3:.2f} ms per unit of rank (measured at r_min)")
+    elif edgc:
+        print("EDGC r_max: not set (no window ended with a timed compression)")
+    for w in edgc.get("windows", []):
+        rank = "uncompressed" if w["rank"] is None else f"rank {w['rank']}"
+        print(f"  EDGC window ending at step {w['iteration']:>4}: entropy {w['entropy']:.4f} nats, "
+              f"Eq. 15 target {w['target']:.1f} -> {rank}")
+
+
+def _print_results(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], modes: list[str],
+                   args: argparse.Namespace, netns: bool) -> None:
+    """The lossless and --lossy demos' table and notes."""
     print(report.table(runs, labels, modes))
     print("step ms: median over steps 3.. of the mean over ranks; vs gloo: gloo's step time / this one's")
     print("(†: a separate launch, so its time is not side by side with gloo's and is noisier)")
-    if net.mode == "netns":
+    if netns:
         print("wire MB/step: what all hosts' NICs sent per step, headers included")
     else:
         print("wire MB/step*: zipccl's own payload count (loopback: no NICs); gloo: n/a")
@@ -298,26 +450,4 @@ def _run(args: argparse.Namespace) -> int:
             exact = [f"{op} x{n}" for op, n in sorted(calls.items()) if op not in lossy_run["lossy_calls"]]
             print(f"{LABELS[LOSSY_RUN[args.lossy]]} lossy calls ({report.MODE_NAMES[mode]}): {text}"
                   + (f"; exact: {', '.join(exact)}" if exact else ""))
-    verdicts = report.checks(runs, modes, args.comm_dtype)
-    if args.lossy == "zero++":
-        verdicts += report.zero_pp_checks(runs, modes)
-    elif args.lossy == "tp-fp8":
-        verdicts += report.tp_fp8_checks(runs, modes)
-    print()
-    for c in verdicts:
-        print(f"[{c.label()}] {report.MODE_NAMES[c.mode]}: {c.name}: {c.detail}")
 
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    png = os.path.join(args.out, f"demo-{stamp}.png")
-    try:
-        report.plot(runs, labels, modes, png, f"{layout.describe()}, {network}")
-    except ImportError:
-        png = "skipped, matplotlib is not installed (pip install matplotlib)"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"demo-{stamp}.json"), "w") as f:
-        json.dump({"command": shlex.join(sys.argv), "network": network, "world_size": layout.world_size,
-                   "hosts": layout.hosts, "ranks_per_host": layout.ranks_per_host, "runs": runs,
-                   "checks": [c.__dict__ for c in verdicts]}, f)
-    print(f"\nplot: {png}")
-    print(f"total {time.monotonic() - started:.0f} s")
-    return 0 if all(c.passed for c in verdicts if not c.goal) else 1

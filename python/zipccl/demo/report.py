@@ -152,6 +152,82 @@ def _lossy_checks(runs: dict[str, dict[str, dict[str, Any]]], modes: Sequence[st
     return out
 
 
+DP_HOOK_LOSS_RTOL = 0.01
+DP_HOOK_SPEEDUP = 1.3
+
+
+def dp_hook_checks(runs: dict[str, dict[str, dict[str, Any]]], psgd_rank: int) -> list[Check]:
+    """--dp-hook edgc: EDGC's final loss within 1 % of plain zipccl DDP's;
+    EDGC's final loss no worse than fixed-rank PowerSGD's at equal bytes,
+    which holds only where EDGC sent no more bytes per step than PowerSGD
+    (else it is not shown, and fails); and the goal of a step 1.3x plain
+    DDP's."""
+    plain, psgd, edgc = (runs.get(k, {}).get("ddp") for k in ("zipccl", "zipccl-fixed", "zipccl-edgc"))
+    out = []
+    if not edgc:
+        return out
+    if plain:
+        a, b = _final(edgc["losses"]), _final(plain["losses"])
+        rel = a / b - 1
+        out.append(Check("ddp", f"EDGC loss within {DP_HOOK_LOSS_RTOL * 100:g} % of plain DDP's",
+                         abs(rel) <= DP_HOOK_LOSS_RTOL,
+                         f"mean of the last 10 steps {a:.4f} vs {b:.4f} ({rel * 100:+.2f} %)"))
+    if psgd:
+        (eb, _), (pb, _) = _wire(edgc), _wire(psgd)
+        el, pl = _final(edgc["losses"]), _final(psgd["losses"])
+        detail = (f"EDGC {eb / 1e6:.2f} MB/step, loss {el:.4f}; fixed-rank PowerSGD (rank {psgd_rank}) "
+                  f"{pb / 1e6:.2f} MB/step, loss {pl:.4f}")
+        if eb is None or pb is None:
+            out.append(Check("ddp", "EDGC loss <= PowerSGD's at equal bytes", False, "bytes not counted"))
+        elif eb > pb:
+            out.append(Check("ddp", "EDGC loss <= PowerSGD's at equal bytes", False,
+                             f"{detail}: EDGC sent {eb / pb:.2f}x PowerSGD's bytes, so not compared at equal bytes"))
+        else:
+            out.append(Check("ddp", "EDGC loss <= PowerSGD's at equal bytes", el <= pl,
+                             f"{detail} (EDGC at {eb / pb:.2f}x PowerSGD's bytes)"))
+    if plain:
+        ratio = plain["median_step_s"] / edgc["median_step_s"]
+        out.append(Check("ddp", f"EDGC step >= {DP_HOOK_SPEEDUP}x plain DDP's", ratio >= DP_HOOK_SPEEDUP,
+                         f"{ratio:.2f}x ({edgc['median_step_s'] * 1e3:.0f} vs {plain['median_step_s'] * 1e3:.0f} ms)",
+                         goal=True))
+    return out
+
+
+def rank_runs(ranks: Sequence[int | None]) -> str:
+    """Per-step ranks as runs: "steps 0-9 uncompressed, 10-99 rank 8"."""
+    parts = []
+    start = 0
+    for i in range(1, len(ranks) + 1):
+        if i == len(ranks) or ranks[i] != ranks[start]:
+            what = "uncompressed" if ranks[start] is None else f"rank {ranks[start]}"
+            parts.append(f"{start}-{i - 1} {what}" if i - 1 > start else f"{start} {what}")
+            start = i
+    return "steps " + ", ".join(parts) if parts else "no steps"
+
+
+def dp_hook_table(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str]) -> str:
+    """--dp-hook: step time and speed against plain zipccl DDP, bytes per
+    step and their ratio to plain's, the hook's mean rank while compressing,
+    and the final loss."""
+    plain = runs.get("zipccl", {}).get("ddp")
+    plain_wire, _ = _wire(plain or {})
+    lines = [f"{'backend':<26} {'step ms':>8} {'speed':>6} {'wire MB/step':>13} {'bytes':>6} {'mean rank':>10} "
+             f"{'final loss':>11}"]
+    for key in ("zipccl", "zipccl-fixed", "zipccl-edgc"):
+        s = runs.get(key, {}).get("ddp")
+        if not s:
+            continue
+        wire, source = _wire(s)
+        speed = f"{plain['median_step_s'] / s['median_step_s']:.2f}x" if plain else "-"
+        share = f"{wire / plain_wire:.2f}" if wire and plain_wire else "-"
+        used = [r for r in s.get("hook_ranks") or [] if r is not None]
+        rank = f"{sum(used) / len(used):.1f}" if used else "-"
+        wire_text = f"{wire / 1e6:.2f}" + ("" if source == "nic" else "*") if wire else "n/a"
+        lines.append(f"{labels[key]:<26} {s['median_step_s'] * 1e3:>8.1f} {speed:>6} {wire_text:>13} {share:>6} "
+                     f"{rank:>10} {_final(s['losses']):>11.4f}")
+    return "\n".join(lines)
+
+
 def table(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], modes: Sequence[str]) -> str:
     lines = [f"{'mode':<6} {'backend':<26} {'step ms':>8} {'vs gloo':>8} {'wire MB/step':>13} "
              f"{'ratio':>6} {'final loss':>11}"]
@@ -177,15 +253,19 @@ def table(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], mo
 
 def plot(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], modes: Sequence[str],
          path: str, title: str) -> None:
-    """Loss and step time against step, one column per mode."""
+    """Loss and step time against step, one column per mode; and the
+    hooks' rank (--dp-hook), where a run has one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     styles = {"gloo": ("tab:blue", "-"), "zipccl": ("tab:red", "-"), "zipccl-off": ("tab:gray", "--"),
-              "zipccl-zpp": ("tab:green", "-"), "zipccl-fp8": ("tab:green", "-")}
-    fig, axes = plt.subplots(2, len(modes), figsize=(6 * len(modes), 7), squeeze=False)
+              "zipccl-zpp": ("tab:green", "-"), "zipccl-fp8": ("tab:green", "-"),
+              "zipccl-fixed": ("tab:purple", "-"), "zipccl-edgc": ("tab:green", "-")}
+    hooked = any(s.get("hook_ranks") is not None for run in runs.values() for s in run.values())
+    rows = 3 if hooked else 2
+    fig, axes = plt.subplots(rows, len(modes), figsize=(6 * len(modes), 3.5 * rows), squeeze=False)
     for col, mode in enumerate(modes):
         for key, label in labels.items():
             s = runs.get(key, {}).get(mode)
@@ -196,13 +276,21 @@ def plot(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], mod
             axes[0][col].plot(steps, s["losses"], color=color, linestyle=ls, label=label, linewidth=1.2)
             axes[1][col].plot(steps, [t * 1e3 for t in s["times"]], color=color, linestyle=ls, label=label,
                               linewidth=1.0)
+            if hooked and s.get("hook_ranks") is not None:
+                # uncompressed steps (None) leave a gap
+                ranks = [float("nan") if r is None else r for r in s["hook_ranks"]]
+                axes[2][col].step(steps, ranks, where="post", color=color, linestyle=ls, label=label)
         axes[0][col].set_title(f"{MODE_NAMES.get(mode, mode)}: training loss")
         axes[0][col].set_xlabel("step")
         axes[0][col].set_ylabel("loss (nats/byte)")
         axes[1][col].set_title(f"{MODE_NAMES.get(mode, mode)}: step time")
         axes[1][col].set_xlabel("step")
         axes[1][col].set_ylabel("ms")
-        for ax in (axes[0][col], axes[1][col]):
+        if hooked:
+            axes[2][col].set_title(f"{MODE_NAMES.get(mode, mode)}: hook's rank (gap: uncompressed)")
+            axes[2][col].set_xlabel("step")
+            axes[2][col].set_ylabel("rank")
+        for ax in (axes[r][col] for r in range(rows)):
             ax.grid(True, alpha=0.3)
             ax.legend()
     fig.suptitle(title, fontsize=9, wrap=True)  # one column (--lossy) is narrow for the layout line

@@ -13,6 +13,10 @@ A mode is how the model is spread over the ranks: DDP, FSDP2 (hpZ: FSDP2
 resharding to the host's ranks after forward) or TP (torch's tensor
 parallelism over the whole world, all ranks training on one batch).
 
+A DDP run may carry a communication hook (``--dp-hook edgc``): zipccl.hooks'
+EDGC, at a fixed rank (r_min = r_max) or entropy-driven; its rank at each
+step is reported with the losses.
+
 Everything that could differ between the copies other than the backend is
 pinned: one compute thread, the same seed for the weights, batches that are
 a function of (seed, step, rank) only. So two backends' loss curves differ
@@ -22,6 +26,7 @@ them at all.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -107,12 +112,26 @@ def _choices_since(group, before: dict[str, dict[str, int]]) -> dict[str, dict[s
     return out
 
 
+def _hook_state(net: torch.nn.Module, spec: dict[str, Any], group, steps: int) -> Any:
+    """Registers zipccl.hooks' EDGC hook as spec describes on net (r_max
+    None: from zipccl's measured link); returns its state."""
+    import zipccl.hooks
+
+    state = zipccl.hooks.EDGCState(group, r_min=spec["r_min"], r_max=spec["r_max"], window=spec["window"],
+                                   alpha=spec["alpha"], warmup_fraction=spec["warmup_fraction"],
+                                   total_iterations=steps)
+    net.register_comm_hook(state, zipccl.hooks.edgc_hook)
+    return state
+
+
 class Trainer:
     """One model copy, wrapped for one mode, talking on one group."""
 
-    def __init__(self, mode: str, backend: str, group, cfg: dict, corpus: torch.Tensor, rank: int) -> None:
-        self.mode, self.backend, self.group = mode, backend, group
+    def __init__(self, key: str, mode: str, backend: str, group, cfg: dict, corpus: torch.Tensor,
+                 rank: int) -> None:
+        self.key, self.mode, self.backend, self.group = key, mode, backend, group
         self.cfg, self.corpus, self.rank = cfg, corpus, rank
+        self.hook_state: Any = None
         # The whole world is one TP group, and a TP group trains on one
         # batch: every rank draws rank 0's.
         self.data_rank = 0 if mode == "tp" else rank
@@ -121,8 +140,11 @@ class Trainer:
         self.model = GPT(self.model_cfg)
         self.net = self._wrap(self.model)
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.0)
-        self.nic = 0
-        self.wire = 0
+        # per step: this host's NIC bytes (local rank 0), zipccl's payload,
+        # the hook's rank (None: uncompressed)
+        self.nic: list[int] = []
+        self.wire: list[int] = []
+        self.hook_ranks: list[int | None] = []
         # The group outlives this mode's training (DDP, then FSDP2 on it):
         # count the switcher's choices from here on.
         self.choices0 = _zipccl_choices(group) if backend == "zipccl" else {}
@@ -133,7 +155,12 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             net = DDP(model, process_group=self.group)
-            if grad_dtype == torch.bfloat16:
+            spec = self.cfg.get("dp_hooks", {}).get(self.key)
+            if spec:
+                if grad_dtype != torch.float32:
+                    raise ValueError("the DDP hook runs take float32 gradients (--comm-dtype mixed or float32)")
+                self.hook_state = _hook_state(net, spec, self.group, self.cfg["steps"])
+            elif grad_dtype == torch.bfloat16:
                 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
                 net.register_comm_hook(self.group, bf16_compress_hook)
@@ -175,6 +202,7 @@ class Trainer:
         if os.environ.get("ZIPCCL_BENCH_NIC"):  # set for every rank alike
             dist.barrier()  # read before any rank of the host sends
         wire0 = _zipccl_wire(self.group) if self.backend == "zipccl" else 0
+        self.hook_ranks.append(self.hook_state.rank if self.hook_state is not None else None)
         t0 = time.perf_counter()
         loss = self.net(x, y)
         loss.backward()
@@ -183,15 +211,26 @@ class Trainer:
         elapsed = time.perf_counter() - t0
         if os.environ.get("ZIPCCL_BENCH_NIC"):
             dist.barrier()  # every rank of the host done (the control group's bytes are few)
-        self.nic += _nic_tx() - nic0
-        if self.backend == "zipccl":
-            self.wire += _zipccl_wire(self.group) - wire0
+        self.nic.append(_nic_tx() - nic0)
+        self.wire.append(_zipccl_wire(self.group) - wire0 if self.backend == "zipccl" else 0)
         return float(loss.detach()), elapsed
+
+
+def _hook_summary(trainer: Trainer, wire_steps: list[float], nic_steps: list[float]) -> dict[str, Any]:
+    """A hook run's per-step ranks and bytes, its windows and the link its
+    r_max came from (None: r_max given); nothing for a run without a hook."""
+    state = trainer.hook_state
+    if state is None:
+        return {}
+    return {"hook_ranks": trainer.hook_ranks, "wire_steps": wire_steps,
+            "nic_steps": nic_steps if os.environ.get("ZIPCCL_BENCH_NIC") else None,
+            "windows": [dataclasses.asdict(w) for w in state.windows], "link": state.link,
+            "r_max": state.controller.r_max}
 
 
 def train_mode(mode: str, runs: dict[str, str], groups: dict, cfg: dict, corpus: torch.Tensor,
                rank: int, n: int) -> None:
-    trainers = {key: Trainer(mode, backend, groups[key], cfg, corpus, rank) for key, backend in runs.items()}
+    trainers = {key: Trainer(key, mode, backend, groups[key], cfg, corpus, rank) for key, backend in runs.items()}
     keys = list(trainers)
     history: dict[str, dict[str, list[float]]] = {k: {"losses": [], "times": []} for k in keys}
     for step in range(cfg["steps"]):
@@ -214,8 +253,10 @@ def train_mode(mode: str, runs: dict[str, str], groups: dict, cfg: dict, corpus:
     steps = cfg["steps"]
     skip = min(3, steps - 1)  # the first steps pay for lazy setup
     for key in keys:
+        # per step, summed over ranks: zipccl's payload, the NICs' bytes
         counts = torch.tensor([trainers[key].wire, trainers[key].nic], dtype=torch.float64)
         dist.all_reduce(counts)
+        wire_steps, nic_steps = counts.tolist()
         choices = _choices_since(groups[key], trainers[key].choices0) if runs[key] == "zipccl" else None
         lossy = _lossy_calls(groups[key]) if key in cfg.get("lossy", {}) else None
         calls = _calls(groups[key]) if key in cfg.get("lossy", {}) else None
@@ -223,9 +264,10 @@ def train_mode(mode: str, runs: dict[str, str], groups: dict, cfg: dict, corpus:
             emit("summary", mode=mode, run=key, steps=steps, params=trainers[key].model.num_params(),
                  losses=history[key]["losses"], times=history[key]["times"],
                  median_step_s=statistics.median(history[key]["times"][skip:]),
-                 zipccl_wire_per_step=counts[0].item() / steps if runs[key] == "zipccl" else None,
-                 nic_per_step=counts[1].item() / steps if os.environ.get("ZIPCCL_BENCH_NIC") else None,
-                 zipccl_choices=choices, lossy_calls=lossy, calls=calls)
+                 zipccl_wire_per_step=sum(wire_steps) / steps if runs[key] == "zipccl" else None,
+                 nic_per_step=sum(nic_steps) / steps if os.environ.get("ZIPCCL_BENCH_NIC") else None,
+                 zipccl_choices=choices, lossy_calls=lossy, calls=calls,
+                 **_hook_summary(trainers[key], wire_steps, nic_steps))
 
 
 def main(argv: list[str]) -> int:
