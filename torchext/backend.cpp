@@ -405,7 +405,7 @@ c10::intrusive_ptr<c10d::Work> ZipcclBackend::launch(
   // CUDA tensors: the NCCL path is done here; host-staged works continue
   // below over their pinned copies.
   if (!launchDevice(work, op)) {
-    // The completion thread may finish the work (and free its ops) as soon
+    // A completion thread may finish the work (and free its ops) as soon
     // as the last part is submitted: take what is needed up front.
     const bool staged = work->device() != nullptr;
     std::vector<zc_op> zops;

@@ -136,7 +136,7 @@ void stageWork(ZipcclWork& work, DeviceState& state, const c10::Stream& current)
 // polls from then on.
 void postEnqueue(ZipcclWork& work, bool copies);
 
-// Runs at a device work's completion, on the completion thread, before the
+// Runs at a device work's completion, on a completion thread, before the
 // work finishes: staged works copy their outputs back (when error is empty)
 // and then the copies of results into non-contiguous outputs, on the
 // communication stream, and the end event is recorded. Returns the error (a

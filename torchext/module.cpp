@@ -64,7 +64,7 @@ PYBIND11_MODULE(_C, m) {
       "_load",
       &loadLibrary,
       py::arg("path"),
-      "dlopen libzipccl.so once, check its ABI, start the completion thread");
+      "dlopen libzipccl.so once, check its ABI, start the completion threads");
   m.def("_loaded", &libraryLoaded);
   m.def("_forked", &forked);
   m.def("_mark_exiting", &markExiting);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -35,15 +36,35 @@ std::atomic<bool> gForked{false};
 std::atomic<bool> gExiting{false};
 std::atomic<uint64_t> gNextTicket{1};
 
-// Held by the completion thread while it completes a work and drops its
-// reference, and taken by markExiting() before it sets gExiting. Completing
-// a work may take the GIL (Python .then() callbacks; freeing a tensor whose
-// PyObject C++ keeps alive). A thread that asks for the GIL once Python is
-// finalizing is ended with pthread_exit, whose forced unwinding through a
-// noexcept destructor calls std::terminate: the process aborts at exit. With
-// this lock, markExiting() (Python's atexit, which runs before finalization)
-// waits for a completion in progress, and later ones are leaked instead.
+// Completions in progress. Completing a work may take the GIL (Python
+// .then() callbacks; freeing a tensor whose PyObject C++ keeps alive). A
+// thread that asks for the GIL once Python is finalizing is ended with
+// pthread_exit, whose forced unwinding through a noexcept destructor calls
+// std::terminate: the process aborts at exit. So markExiting() (Python's
+// atexit, which runs before finalization) sets gExiting and waits for the
+// completions in progress (beginCompletion/endCompletion), and later ones
+// are leaked instead.
 std::mutex gCompletionMu;
+std::condition_variable gCompletionCv;
+int gCompleting = 0; // guarded by gCompletionMu
+
+// False once exiting: the caller must then leak what it would complete.
+bool beginCompletion() {
+  std::lock_guard<std::mutex> lock(gCompletionMu);
+  if (gExiting.load()) {
+    return false;
+  }
+  ++gCompleting;
+  return true;
+}
+
+void endCompletion() {
+  {
+    std::lock_guard<std::mutex> lock(gCompletionMu);
+    --gCompleting;
+  }
+  gCompletionCv.notify_all();
+}
 
 // Written once under gLoadMu, then only read; gApiReady publishes it.
 Api gApi{};
@@ -52,7 +73,7 @@ std::mutex gLoadMu;
 std::string gLoadedPath;
 
 // The in-flight works by ticket. Heap-allocated and never freed: the
-// detached completion thread may still use it while the process exits.
+// detached pollers may still use it while the process exits.
 struct Registry {
   std::mutex mu;
   std::unordered_map<uint64_t, c10::intrusive_ptr<ZipcclWork>> works;
@@ -75,7 +96,7 @@ c10::intrusive_ptr<ZipcclWork> take(uint64_t ticket) {
 }
 
 // Leaks works (never completes them) once the interpreter exits; see
-// gCompletionMu. Call with gCompletionMu held.
+// gCompletionMu.
 void abandonAtExit(std::unordered_map<uint64_t, c10::intrusive_ptr<ZipcclWork>>& works) {
   for (auto& [ticket, work] : works) {
     (void)ticket;
@@ -91,8 +112,7 @@ void failAll(const std::string& message) {
     std::lock_guard<std::mutex> lock(r.mu);
     works.swap(r.works);
   }
-  std::lock_guard<std::mutex> lock(gCompletionMu);
-  if (gExiting.load()) {
+  if (!beginCompletion()) {
     abandonAtExit(works);
     return;
   }
@@ -100,7 +120,8 @@ void failAll(const std::string& message) {
     (void)ticket;
     work->partDone(ZC_ERR_CLOSED, -1, message.c_str());
   }
-  works.clear(); // the last references may go here, under the lock
+  works.clear(); // the last references may go here, before endCompletion
+  endCompletion();
 }
 
 void onForkChild() {
@@ -111,10 +132,26 @@ void onExit() {
   gExiting.store(true);
 }
 
-// The one completion thread: pulls completions from Go and finishes the
-// works on this C++ thread, so torch futures (and the Python callbacks
-// chained on them) never run on a Go thread.
-void completionLoop() {
+// Pollers: threads that pull completions from Go and finish the works on
+// C++ threads, so torch futures (and the Python callbacks chained on them)
+// never run on a Go thread. One polls at a time, so works complete in the
+// engine's order. A callback may block its thread, waiting for another of
+// zipccl's works (torch's PowerSGD hook waits inside a callback): then the
+// work it waits for, and every error or timeout after it, must complete on
+// another thread. The watchdog starts a poller when every poller has been
+// busy for kStuckAfter; a poller that finishes while another is idle ends.
+std::atomic<int> gIdlePollers{0};
+std::atomic<int64_t> gLastBusyNs{0}; // when a poller last took, or was started for, a completion
+constexpr std::chrono::milliseconds kStuckAfter{100};
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Counted in gIdlePollers by whoever starts it.
+void pollerLoop() {
   c10::AutoGradMode noGrad(false);
   auto completion = std::make_unique<zc_completion>();
   for (;;) {
@@ -139,18 +176,38 @@ void completionLoop() {
     if (!work) {
       continue; // not ours (already failed, or a stray ticket)
     }
-    std::lock_guard<std::mutex> lock(gCompletionMu);
-    if (gExiting.load()) {
+    if (!beginCompletion()) {
       (void)work.release(); // leaked: see gCompletionMu
       continue;
     }
+    gIdlePollers.fetch_sub(1);
+    gLastBusyNs.store(nowNs());
     try {
       work->partDone(
           completion->status, completion->source, completion->message);
     } catch (const std::exception& e) {
       TORCH_WARN("zipccl: completing ticket ", completion->ticket, ": ", e.what());
     }
-    work.reset(); // possibly the last reference: dropped under the lock
+    work.reset(); // possibly the last reference: dropped before endCompletion
+    endCompletion();
+    if (gIdlePollers.load() > 0) {
+      return; // another poller took over while this one was busy
+    }
+    gIdlePollers.fetch_add(1);
+  }
+}
+
+void watchdogLoop() {
+  for (;;) {
+    std::this_thread::sleep_for(kStuckAfter / 2);
+    const int64_t now = nowNs();
+    if (gIdlePollers.load() == 0 &&
+        now - gLastBusyNs.load() >
+            std::chrono::duration_cast<std::chrono::nanoseconds>(kStuckAfter).count()) {
+      gLastBusyNs.store(now); // one new poller per kStuckAfter at most
+      gIdlePollers.fetch_add(1);
+      std::thread(&pollerLoop).detach();
+    }
   }
 }
 
@@ -413,7 +470,10 @@ void loadLibrary(const std::string& path) {
   pthread_atfork(nullptr, nullptr, &onForkChild);
   std::atexit(&onExit);
   gApiReady.store(true);
-  std::thread(&completionLoop).detach();
+  gLastBusyNs.store(nowNs());
+  gIdlePollers.fetch_add(1);
+  std::thread(&pollerLoop).detach();
+  std::thread(&watchdogLoop).detach();
 }
 
 bool libraryLoaded() {
@@ -437,11 +497,14 @@ void checkNotForked() {
 }
 
 void markExiting() {
-  // Called by Python's atexit with the GIL held: release it so that a
-  // completion in progress that needs it can finish, then wait for it.
+  // Called by Python's atexit with the GIL held: release it so that the
+  // completions in progress that need it can finish, then wait for them
+  // (a bounded time: one may be blocked for good on a work that is now
+  // leaked).
   GilRelease nogil;
-  std::lock_guard<std::mutex> lock(gCompletionMu);
+  std::unique_lock<std::mutex> lock(gCompletionMu);
   gExiting.store(true);
+  gCompletionCv.wait_for(lock, std::chrono::seconds(10), [] { return gCompleting == 0; });
 }
 
 bool exiting() {

@@ -1,5 +1,5 @@
 // The process-wide side of the shim: the Go library loaded with dlopen, the
-// fork guard, the ticket registry and the single completion thread, and the
+// fork guard, the ticket registry and the completion threads (pollers), and the
 // c10d::Store bridge handed to Go.
 #pragma once
 
@@ -44,7 +44,7 @@ struct Api {
 // Loads libzipccl.so from path once per process: dlopen(RTLD_NOW|RTLD_LOCAL),
 // resolves every ABI function, checks the versions zc_init and
 // zc_init_device return (the latter registers the CUDA end-event query),
-// installs the fork handler and starts the completion thread. A second call
+// installs the fork handler and starts the completion threads. A second call
 // is a no-op when the path is the same and an error otherwise.
 void loadLibrary(const std::string& path);
 bool libraryLoaded();
@@ -76,7 +76,7 @@ struct StoreHandle {
 StoreHandle* newStoreHandle(const c10::intrusive_ptr<c10d::Store>& store);
 
 // Releases the GIL for its lifetime when the calling thread holds it, so that
-// blocking Go calls never stall Python callbacks that the completion thread
+// blocking Go calls never stall Python callbacks that a completion thread
 // (or a Python-implemented store) runs.
 class GilRelease {
  public:
