@@ -44,7 +44,7 @@ r_max None: from the link zipccl measured and the hook's own compression
 time; windows of 5 steps, entropy sampled every step: the paper's 1000
 and 1/alpha = 10 would leave no window to act in 100 steps). The
 fixed-rank run is EDGCState with r_min = r_max, not torch's powerSGD_hook,
-which deadlocks on CPU tensors (see DP_HOOK_LAUNCHES), so it shares EDGC's
+which fails on CPU tensors (see DP_HOOK_LAUNCHES), so it shares EDGC's
 start rule: compression from the first window after warm-up whose
 entropy is below the first window's. Its rank, 24, is the mean rank
 EDGC compressed at in a default 100-step run (r_max 84 measured at
@@ -110,10 +110,12 @@ TP_BATCH = 16
 # EDGCState with r_min = r_max, not torch's powerSGD_hook: torch's hook
 # waits, inside a future's callback, for the all-reduce it has just issued
 # there, and issues its second and third all-reduces from those callbacks,
-# so ranks may issue collectives in different orders. On CPU tensors that
-# deadlocks at its first compressed step, on zipccl (2 and 4 ranks: a hang)
-# and on gloo (2 ranks: "Received data size doesn't match expected size. Is
-# there a distributed collective mismatch").
+# so ranks may issue collectives in different orders. On CPU tensors it
+# fails at its first compressed step, on zipccl with "ranks disagree on the
+# operation" on every rank (tests/test_callbacks.py; it hung before zipccl
+# ran a blocked callback's completions on another thread) and on gloo (2
+# ranks: "Received data size doesn't match expected size. Is there a
+# distributed collective mismatch").
 DP_HOOK_LAUNCHES = {"edgc": [({"zipccl": "zipccl", "zipccl-fixed": "zipccl", "zipccl-edgc": "zipccl"}, {})]}
 DP_HOOK_LINK = "100mbit"
 EDGC_WARMUP_FRACTION = 0.1  # the paper's, and torch's advice for start_powerSGD_iter
@@ -388,8 +390,8 @@ def _describe_dp_hooks(args: argparse.Namespace) -> None:
     common = (f"window={EDGC_WINDOW}, alpha={EDGC_ALPHA:g}, warmup_fraction={EDGC_WARMUP_FRACTION:g}, "
               f"total_iterations={args.steps}")
     print(f"{LABELS['zipccl-fixed']}: zipccl.hooks.EDGCState(r_min={args.psgd_rank}, r_max={args.psgd_rank}, "
-          f"{common}) with edgc_hook, NOT torch's powerSGD_hook: that one deadlocks on CPU tensors at its first "
-          "compressed step (zipccl: a hang; gloo: a collective mismatch), see demo/cli.py")
+          f"{common}) with edgc_hook, NOT torch's powerSGD_hook: that one fails on CPU tensors at its first "
+          "compressed step (its callbacks issue all-reduces, so ranks disagree on their order), see demo/cli.py")
     print(f"{LABELS['zipccl-edgc']}: zipccl.hooks.EDGCState(r_min={EDGC_R_MIN}, r_max=None (from zipccl.link_model and "
           f"the hook's measured compression time), {common}) with edgc_hook")
     print("both compress from the first window's end after warm-up where the window's entropy is below the "
