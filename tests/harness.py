@@ -337,6 +337,17 @@ def launch(
     return out
 
 
+def result_lines(res: list[RankResult]) -> list[str]:
+    """Each rank's first line starting with "RESULT " (what follows it),
+    failing with the rank's output when one has none."""
+    lines = []
+    for r in res:
+        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+        assert line, f"rank {r.rank} gave no result: {r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        lines.append(line[0][len("RESULT "):])
+    return lines
+
+
 def tmpfile() -> str:
     fd, path = tempfile.mkstemp(prefix="zipccl-test-")
     os.close(fd)

@@ -6,7 +6,7 @@ waits inside such a callback: on zipccl it used to hang for good."""
 
 from __future__ import annotations
 
-from harness import launch
+from harness import launch, result_lines
 
 WAIT_IN_CALLBACK = r"""
 import datetime, torch, torch.distributed as dist, zipccl
@@ -24,11 +24,8 @@ dist.destroy_process_group()
 
 
 def test_a_callback_may_wait_for_another_work():
-    res = launch(WAIT_IN_CALLBACK, 2, timeout=90)
-    for r in res:
-        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
-        assert line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
-        assert line[0].split()[1:] == ["2000.0", "4000.0"], line[0]
+    for line in result_lines(launch(WAIT_IN_CALLBACK, 2, timeout=90)):
+        assert line.split() == ["2000.0", "4000.0"], line
 
 
 POWERSGD = r"""
@@ -60,13 +57,8 @@ def test_torch_powersgd_hook_finishes_or_fails_on_every_rank():
     # ranks' orders may differ (gloo aborts with a size mismatch); what
     # zipccl owes is an answer on every rank: identical parameters, or a
     # RuntimeError naming the mismatch, within the timeout, never a hang.
-    res = launch(POWERSGD, 2, timeout=120)
-    lines = []
-    for r in res:
-        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
-        assert line, f"rank {r.rank} gave no answer: {r.stdout}\n{r.stderr[-3000:]}"
-        lines.append(line[0])
-    if all(x.startswith("RESULT ok") for x in lines):
+    lines = result_lines(launch(POWERSGD, 2, timeout=120))
+    if all(x.startswith("ok") for x in lines):
         assert lines[0] == lines[1], lines
     else:
-        assert all(x.startswith("RESULT error") and "disagree" in x for x in lines), lines
+        assert all(x.startswith("error") and "disagree" in x for x in lines), lines

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import zipccl
-from harness import launch
+from harness import launch, result_lines
 
 RUN_OPS = """
 import torch, torch.distributed as dist, zipccl
@@ -189,13 +189,8 @@ dist.destroy_process_group()
 
 
 def test_link_model_is_measured_once_and_agreed():
-    res = launch(LINK, 2, timeout=120)
-    lines = []
-    for r in res:
-        line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
-        assert line, f"rank {r.rank}: {r.stdout}\n{r.stderr[-2000:]}"
-        lines.append(line[0])
-    _, before, latency, bw, local = lines[0].split()
+    lines = result_lines(launch(LINK, 2, timeout=120))
+    before, latency, bw, local = lines[0].split()
     assert before == "None", "not measured before the first codable op"
     assert 0 < float(latency) < 0.1 and float(bw) > 1e7 and local == "True", lines[0]
     assert lines[1] == lines[0], "the same model on every rank"

@@ -181,13 +181,7 @@ func TestHierCrossHostBytes(t *testing.T) {
 	const n, numel = 4, 4096 * 4
 	crossing := func(f opFunc) int64 {
 		w := conntest.NewWorld(n)
-		var across atomic.Int64
-		w.Corrupt = func(src, dst int, _ uint32, msg []byte) []byte {
-			if hostOf[src] != hostOf[dst] {
-				across.Add(int64(len(msg)))
-			}
-			return msg
-		}
+		across := countAcross(w, hostOf)
 		args := make([]Args, n)
 		for r := range n {
 			b := make([]byte, numel*4)
@@ -211,9 +205,11 @@ func TestHierBroadcast(t *testing.T) {
 	layouts := append([]Hosts{{{0, 1, 2}, {3}}, {{3}, {0, 2}, {1, 4}}}, hierLayouts...)
 	for _, h := range layouts {
 		n := 0
-		hostOf := map[int]int{}
-		for i, host := range h {
+		for _, host := range h {
 			n += len(host)
+		}
+		hostOf := make([]int, n)
+		for i, host := range h {
 			for _, r := range host {
 				hostOf[r] = i
 			}
@@ -223,13 +219,7 @@ func TestHierBroadcast(t *testing.T) {
 		for root := range n {
 			for _, p := range hierPlans() {
 				w := conntest.NewWorld(n)
-				var across atomic.Int64
-				w.Corrupt = func(src, dst int, _ uint32, msg []byte) []byte {
-					if hostOf[src] != hostOf[dst] {
-						across.Add(int64(len(msg)))
-					}
-					return msg
-				}
+				across := countAcross(w, hostOf)
 				args := make([]Args, n)
 				outs := make([][]byte, n)
 				for r := range n {
@@ -252,4 +242,17 @@ func TestHierBroadcast(t *testing.T) {
 		}
 	}
 	require.Error(t, HierBroadcast(context.Background(), conntest.NewWorld(2).Conns()[0], Args{}, Hosts{{0}, {0}}))
+}
+
+// countAcross counts the bytes w's messages carry between ranks of
+// different hosts (hostOf[rank]).
+func countAcross(w *conntest.World, hostOf []int) *atomic.Int64 {
+	var across atomic.Int64
+	w.Corrupt = func(src, dst int, _ uint32, msg []byte) []byte {
+		if hostOf[src] != hostOf[dst] {
+			across.Add(int64(len(msg)))
+		}
+		return msg
+	}
+	return &across
 }
