@@ -226,9 +226,9 @@ zipccl.set_lossy(qgz, all_gather="int8", reduce_scatter="int4")
 cfg = {"steps": 100, "batch": 4, "comm_dtype": "mixed", "lr": 1e-3, "seed": 0,
        "model": {"d_model": 192, "n_layers": 4, "n_heads": 6, "seq_len": 128}}
 corpus, _ = load_corpus(8 << 20)
-runs = {"exact": Trainer("fsdp", "zipccl", exact, cfg, corpus, rank),
-        "int8": Trainer("fsdp", "zipccl", lossy, cfg, corpus, rank),
-        "int8_int4": Trainer("fsdp", "zipccl", qgz, cfg, corpus, rank)}
+runs = {"exact": Trainer("exact", "fsdp", "zipccl", exact, cfg, corpus, rank),
+        "int8": Trainer("int8", "fsdp", "zipccl", lossy, cfg, corpus, rank),
+        "int8_int4": Trainer("int8_int4", "fsdp", "zipccl", qgz, cfg, corpus, rank)}
 losses = {k: [] for k in runs}
 for step in range(cfg["steps"]):
     for k, t in runs.items():
