@@ -1,7 +1,8 @@
 // Package workq is the process-wide completion queue between the engine and
-// the C++ shim: Go goroutines push outcomes, and one C++ thread pulls them
-// (through zc_poll) to complete torch Works and futures, so no torch
-// callback ever runs on a Go thread.
+// the C++ shim: Go goroutines push outcomes, and the shim's completion
+// threads pull them (through zc_poll; one at a time unless a callback blocks
+// one) to complete torch Works and futures, so no torch callback ever runs
+// on a Go thread. Poll is safe from several threads.
 package workq
 
 import (
