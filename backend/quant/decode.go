@@ -16,7 +16,6 @@ import (
 type block struct {
 	lo, hi int
 	scale  float32
-	alpha  float32 // fp8
 	codes  []byte
 	raw    []byte
 }
@@ -53,10 +52,10 @@ func walk(main, exact []byte, f func(b block) bool) (Header, error) {
 				return h, corrupt("block %d: scale %v", b, k.scale)
 			}
 			k.codes = codes[h.Mode.CodesLen(k.lo, h.Block):h.Mode.CodesLen(k.hi, h.Block)]
-			if h.Mode == FP8 {
-				k.alpha = math.Float32frombits(binary.LittleEndian.Uint32(scales[sl*b+4:]))
-				if !(k.alpha >= 0 && k.alpha <= math.MaxFloat32) || math.Signbit(float64(k.alpha)) {
-					return h, corrupt("block %d: alpha %v", b, k.alpha)
+			if h.Mode == FP8 { // α is checked, never needed to decode
+				alpha := math.Float32frombits(binary.LittleEndian.Uint32(scales[sl*b+4:]))
+				if !(alpha >= 0 && alpha <= math.MaxFloat32) || math.Signbit(float64(alpha)) {
+					return h, corrupt("block %d: alpha %v", b, alpha)
 				}
 			}
 			if !validCodes(h.Mode, k.codes) {
@@ -177,10 +176,9 @@ func Accumulate(acc []float32, main, exact []byte, first bool) error {
 			return true
 		}
 		if b.raw != nil { // exact blocks
-			switch {
-			case h.DType == dtype.Float32:
+			if h.DType == dtype.Float32 {
 				wide = append(wide[:0], bufs.Float32s(b.raw)...)
-			default:
+			} else {
 				wide = append(wide[:0], make([]float32, len(a))...)
 				reduce.Widen(h.DType, wide, b.raw)
 			}

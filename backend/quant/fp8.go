@@ -132,33 +132,28 @@ func fwht(u []float32) {
 	}
 }
 
-// decode sets the first len(out) elements of a block's float32 values
-// from its codes and scale: x' = H(q)·(s/B), s/B exact (a power of two
-// apart, and normal: see fp8Tiny).
-func (f *fp8Scratch) decode(out []float32, codes []byte, s float32) {
+// decodeGo sets the first len(out) elements of a block's float32 values
+// from its codes and scale, x' = H(q)·(s/B) (s/B exact: a power of two
+// apart, and normal: see fp8Tiny), in portable Go; decodeTo and accumulate
+// fuse the AVX2 path's last step with their own.
+func (f *fp8Scratch) decodeGo(out []float32, codes []byte, s float32) {
 	u := f.u
-	k := s / float32(len(u))
-	done := 0
-	if useAVX2 {
-		fp8DecodeSIMD(u, codes)
-		done = fp8ScaleSIMD(out, u, k, false)
-	} else {
-		for i, c := range codes {
-			u[i] = f.val[c]
-		}
-		fwht(u)
+	for i, c := range codes {
+		u[i] = f.val[c]
 	}
-	for i := done; i < len(out); i++ {
+	fwht(u)
+	k := s / float32(len(u))
+	for i := range out {
 		out[i] = u[i] * k
 	}
 }
 
-// decodeTo is decode rounded to dt into dst (len(dst)/dt.Size() elements),
+// decodeTo is decodeGo rounded to dt into dst (len(dst)/dt.Size() elements),
 // the product and the narrowing in one pass on the AVX2 path.
 func (f *fp8Scratch) decodeTo(dt dtype.DType, dst, codes []byte, s float32) {
 	w := f.t[:len(dst)/dt.Size()]
 	if !useAVX2 {
-		f.decode(w, codes, s)
+		f.decodeGo(w, codes, s)
 		narrow(dt, dst, w)
 		return
 	}
@@ -192,7 +187,7 @@ func (f *fp8Scratch) accumulate(a []float32, codes []byte, s float32, first bool
 		return
 	}
 	w := f.t[:len(a)]
-	f.decode(w, codes, s)
+	f.decodeGo(w, codes, s)
 	if first {
 		copy(a, w)
 		return

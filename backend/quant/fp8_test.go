@@ -88,6 +88,7 @@ func TestFP8RoundTripError(t *testing.T) {
 				require.NoError(t, Decode(dst, main, exact, dt))
 				out := get(dt, dst)
 				e := relL2(out, in)
+				t.Logf("%s scale %g %v: relative L2 error %.4f", name, scale, dt, e)
 				require.LessOrEqual(t, e, 0.03, "%s scale %g %v", name, scale, dt)
 				for b := 0; b < numel; b += 256 {
 					require.LessOrEqual(t, relL2(out[b:b+256], in[b:b+256]), 0.06, "%s scale %g %v block %d", name, scale, dt, b/256)

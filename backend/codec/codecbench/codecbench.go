@@ -20,6 +20,7 @@ import (
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/internal/bufs"
+	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
@@ -345,16 +346,13 @@ func (r Row) String() string {
 		r.Name, r.Op, r.DType, r.Ratio, r.GBps, r.CPUGBps, 100*r.VsMemcpy, 100*r.VsMemcpyCPU)
 }
 
-// fp8Block is the lossy collectives' default fp8 block (lossy.DefaultFP8Block).
-const fp8Block = 256
-
 // fp8Rows measures the lossy fp8 coding (package quant, TACO) of the same
 // buffer: not a lossless codec, so its rows note the relative L2 error.
 func fp8Rows(t *timers, data []byte, dt dtype.DType) func() []Row {
 	n := len(data)
 	numel := n / dt.Size()
-	main := make([]byte, quant.MainLen(quant.FP8, numel, fp8Block))
-	exact, err := quant.Encode(main, nil, data, dt, quant.FP8, fp8Block)
+	main := make([]byte, quant.MainLen(quant.FP8, numel, lossy.DefaultFP8Block))
+	exact, err := quant.Encode(main, nil, data, dt, quant.FP8, lossy.DefaultFP8Block)
 	if err != nil {
 		return func() []Row {
 			return []Row{{Name: "fp8", Op: "encode", DType: dt.String(), Bytes: n, Error: err.Error()}}
@@ -363,9 +361,9 @@ func fp8Rows(t *timers, data []byte, dt dtype.DType) func() []Row {
 	out := make([]byte, n)
 	derr := quant.Decode(out, main, exact, dt)
 	coded := len(main) + len(exact)
-	note := "lossy: TACO's fp8, blocks of 256 (docs/FORMAT.md 11); " + relError(data, out, dt)
+	note := fmt.Sprintf("lossy: TACO's fp8, blocks of %d (docs/FORMAT.md 11); %s", lossy.DefaultFP8Block, relError(data, out, dt))
 	var scratch []byte
-	et := t.add(func() { scratch, _ = quant.Encode(main, scratch[:0], data, dt, quant.FP8, fp8Block) })
+	et := t.add(func() { scratch, _ = quant.Encode(main, scratch[:0], data, dt, quant.FP8, lossy.DefaultFP8Block) })
 	dtm := t.add(func() { quant.Decode(out, main, exact, dt) })
 	return func() []Row {
 		row := func(op string, tm *timing) Row {

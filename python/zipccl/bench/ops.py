@@ -139,23 +139,23 @@ LOSSY_BLOCK = {"int8": 2048, "int4": 256, "fp8": 256}  # backend/lossy.BlockOf (
 LOSSY_QMAX = {"int8": 127, "int4": 7}
 
 
-def _block_absmax(x: torch.Tensor, block: int) -> torch.Tensor:
-    """Each element's block's largest magnitude (blocks along the last
-    dimension)."""
+def _blockwise(x: torch.Tensor, block: int, reduce: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """reduce (over the last dimension, keepdim) of each element's block,
+    blocks along the last dimension."""
     out = torch.empty_like(x)
     for lo in range(0, x.shape[-1], block):
-        b = x[..., lo:lo + block]
-        out[..., lo:lo + block] = b.abs().amax(dim=-1, keepdim=True)
+        out[..., lo:lo + block] = reduce(x[..., lo:lo + block])
     return out
+
+
+def _block_absmax(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Each element's block's largest magnitude."""
+    return _blockwise(x, block, lambda b: b.abs().amax(dim=-1, keepdim=True))
 
 
 def _block_l2(x: torch.Tensor, block: int) -> torch.Tensor:
-    """Each element's block's L2 norm (blocks along the last dimension)."""
-    out = torch.empty_like(x)
-    for lo in range(0, x.shape[-1], block):
-        b = x[..., lo:lo + block]
-        out[..., lo:lo + block] = b.norm(dim=-1, keepdim=True)
-    return out
+    """Each element's block's L2 norm."""
+    return _blockwise(x, block, lambda b: b.norm(dim=-1, keepdim=True))
 
 
 def _fp8_step(x: torch.Tensor, block: int) -> torch.Tensor:

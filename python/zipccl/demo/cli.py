@@ -46,19 +46,16 @@ and 1/alpha = 10 would leave no window to act in 100 steps). The
 fixed-rank run is EDGCState with r_min = r_max, not torch's powerSGD_hook,
 which fails on CPU tensors (see DP_HOOK_LAUNCHES), so it shares EDGC's
 start rule: compression from the first window after warm-up whose
-entropy is below the first window's. Its rank, 24, is the mean rank
-EDGC compressed at in a default 100-step run (r_max 84 measured at
-100 Mbit/s, 76 down to r_min 4 by 8 a window, then 4; another run
-measured 89 and averaged 26.8): the fixed rank meant to send about
-EDGC's bytes. Bytes are not linear in rank (at high
-ranks fewer matrices pass min_compression_rate), so the equal-bytes
-check compares only where EDGC sent no more bytes than this run, and
-says so where it sent more. (At rank 8 the fixed run sent 7.2 MB a step
-to EDGC's 12.2.) Defaults: 4 ranks, one per host, 100 Mbit/s: unshaped
-(--no-netns) a step computes in about 170 ms on this 2-core machine,
-and plain DDP's float32 gradients (7.6 MB) make about 11.4 MB per host
-NIC per step, 0.9 s at 100 Mbit/s and 0.09 s at 1 Gbit/s: at 100 Mbit/s
-the step is bound by the link, at 1 Gbit/s by compute.
+entropy is below the first window's. Its rank, 24, is of the order of
+EDGC's mean rank (31.5 in benchmarks/RESULTS.md (m)), so that the two
+send comparable bytes. Bytes are not linear in rank (at high ranks fewer
+matrices pass min_compression_rate), so the equal-bytes check compares
+only where EDGC sent no more bytes than this run, and says so where it
+sent more. Defaults: 4 ranks, one per host, 100 Mbit/s. Unshaped
+(`--dp-hook edgc --no-netns --steps 12`) a plain DDP step took 165 ms on
+this 2-core machine; shaped, plain DDP's float32 gradients put 39.0 MB a
+step on the four NICs (RESULTS (m)), about 0.8 s at 100 Mbit/s and 0.08 s
+at 1 Gbit/s: at 100 Mbit/s the step is bound by the link, at 1 Gbit/s by compute.
 """
 
 from __future__ import annotations
@@ -122,7 +119,7 @@ EDGC_WARMUP_FRACTION = 0.1  # the paper's, and torch's advice for start_powerSGD
 EDGC_R_MIN = 4
 EDGC_WINDOW = 5
 EDGC_ALPHA = 1.0
-PSGD_RANK = 24  # EDGC's mean rank in the default run: see the docstring
+PSGD_RANK = 24  # of the order of EDGC's mean rank: see the docstring
 
 
 def configure(p: argparse.ArgumentParser) -> None:
