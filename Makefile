@@ -13,8 +13,9 @@ TORCH_VERSION ?= 2.15.0
 deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
 	$(PIP) install numpy pytest pytest-timeout expecttest hypothesis build wheel ninja
-	@# DeepSpeed for the hpZ test (tests/test_hosts.py), without its CUDA ops
-	DS_BUILD_OPS=0 $(PIP) install "deepspeed==0.19.8"
+	@# The frameworks tests/frameworks/ trains over zipccl, at pinned versions
+	@# (DeepSpeed without its CUDA ops: DS_BUILD_OPS=0)
+	for f in tests/frameworks/requirements-*.txt; do DS_BUILD_OPS=0 $(PIP) install -r $$f || exit 1; done
 
 # Editable install: libzipccl.so and zipccl._C land in python/zipccl/. Once
 # the editable install exists, later runs rebuild in place incrementally
