@@ -225,6 +225,37 @@ def test_bytes_like_inputs():
         zc.decompress(t)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("codec", ["zip3", "huff", "raw"])
+def test_decompress_into_out(codec):
+    t = gaussian((5, 70000), torch.bfloat16, seed=3)
+    blob = zc.compress(t, codec)
+    for out in (torch.empty(5, 70000, dtype=torch.bfloat16), torch.full((350000,), 7.0, dtype=torch.bfloat16)):
+        version = out._version
+        got = zc.decompress(blob, out=out)
+        assert got is out and out._version > version
+        assert torch.equal(bits(out.reshape(5, 70000)), bits(t))
+    # 4 MiB and more: the fresh output is advised onto huge pages; the bytes
+    # are the same
+    big = gaussian((3 << 20,), torch.float32, seed=4)
+    assert_bit_equal(zc.decompress(zc.compress(big, codec)), big)
+
+
+def test_decompress_out_errors():
+    blob = zc.compress(gaussian((1000,), torch.float16), "huff")
+    with pytest.raises(ValueError, match="1000"):
+        zc.decompress(blob, out=torch.empty(999, dtype=torch.float16))
+    with pytest.raises(ValueError, match="Half"):
+        zc.decompress(blob, out=torch.empty(1000, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="contiguous"):
+        zc.decompress(blob, out=torch.empty(2000, dtype=torch.float16)[::2])
+    with pytest.raises(ValueError, match="grad"):
+        zc.decompress(blob, out=torch.empty(1000, dtype=torch.float16, requires_grad=True))
+    with pytest.raises(TypeError):
+        zc.decompress(blob, out=bytearray(2000))  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        zc.decompress(blob[:-1], out=torch.empty(1000, dtype=torch.float16))
+
+
 def test_decompressed_tensor_is_independent_of_input_buffer():
     t = gaussian((10_000,), torch.float32)
     buf = bytearray(zc.compress(t, "raw"))
@@ -460,8 +491,27 @@ def test_bench_codec_smoke(tmp_path):
     assert not any(r["error"] for r in rows)
 
 
+def test_bench_codec_api_rows():
+    """The Python API rows (issue 28): zipccl's codecs, and ZipNN's when it
+    is installed, each decoded bit for bit."""
+    from zipccl.bench import codec_api
+
+    p = _run_cli(*QUICK, "--dtypes", "bfloat16", "--codecs", "zip3,huff,auto", "--skip-external",
+                 "--api-data", "gaussian", "--api-rounds", "2", "--zipnn-threads", "1", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = json.loads(p.stdout)["datasets"][0]["api_rows"]
+    labels = [r["label"] for r in rows]
+    assert labels[:3] == ["zipccl zip3", "zipccl huff", "zipccl auto"], labels
+    if codec_api.zipnn_module() is not None:
+        assert "ZipNN" in labels
+    for r in rows:
+        assert not r["error"], r
+        assert r["ratio"] > 1.3 and r["enc_gbps"] > 0 and r["dec_gbps"] > 0, r
+
+
 def test_bench_codec_json():
-    p = _run_cli(*QUICK, "--dtypes", "float16", "--codecs", "zip3,huff", "--skip-external", "--json")
+    p = _run_cli(*QUICK, "--dtypes", "float16", "--codecs", "zip3,huff", "--skip-external", "--json",
+                 "--api-data", "none")
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads(p.stdout)
     assert len(doc["datasets"]) == 1

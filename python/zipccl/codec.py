@@ -168,24 +168,43 @@ def _as_buffer(data: BytesLike, what: str) -> BytesLike:
     )
 
 
-def decompress(data: BytesLike) -> torch.Tensor:
+def decompress(data: BytesLike, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Restores the tensor that :func:`compress` produced, bit for bit.
+
+    The input is read in place (no copy of ``data``) and decoded straight
+    into the output tensor's memory; a fresh output of 4 MiB or more is
+    backed by transparent huge pages where the kernel offers them (on 4 KiB
+    pages the first-touch page faults of a new tensor cost more than a zip3
+    decode). Passing ``out`` reuses a tensor and saves those faults too.
 
     Args:
         data: the whole output of ``compress`` (bytes, bytearray or a
             memoryview of them); nothing may follow it.
+        out: optional contiguous CPU tensor with the data's dtype and element
+            count (any shape; not requiring grad) to decode into. On error
+            it may hold partial output.
 
     Returns:
-        A new contiguous CPU tensor with the original dtype and shape.
+        A new contiguous CPU tensor with the original dtype and shape, or
+        ``out`` (its shape unchanged).
 
     Raises:
         ValueError: the data is not a tensor container, or is truncated,
             has trailing bytes, or is corrupted (every block's CRC-32C is
-            checked), with the codec's message.
-        TypeError: data is not a bytes-like object.
+            checked), with the codec's message; or ``out`` does not fit.
+        TypeError: data is not a bytes-like object, or out not a tensor.
     """
     buf = _as_buffer(data, "decompress")
-    return _C()._codec_decode(buf)
+    if out is None:
+        return _C()._codec_decode(buf)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"zipccl.codec.decompress: out must be a torch.Tensor, got {type(out).__name__}")
+    if out.requires_grad:
+        raise ValueError("zipccl.codec.decompress: out requires grad (decode into a detached tensor)")
+    _C()._codec_decode_into(buf, out)
+    # an in-place write: autograd's saved-tensor checks must see it
+    torch.autograd.graph.increment_version(out)
+    return out
 
 
 @dataclass(frozen=True)

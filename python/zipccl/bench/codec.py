@@ -11,6 +11,11 @@ the tensor-parallel collectives (TACO, blocks of 256; not a lossless
 codec: its row notes the relative L2 error). Python only prepares the
 data and prints the table.
 
+After the Go rows, each data set named by ``--api-data`` (default: real
+and demo) is measured again through the Python API, bytes in and tensor
+out, side by side with ZipNN when it is installed (``--install-zipnn``
+installs it): zipccl.bench.codec_api.
+
 Data sets (``--data``):
 
 * ``gaussian``: N(0, sigma^2) at each ``--sigmas`` value, generated in
@@ -81,10 +86,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sigmas", default=DEFAULT_SIGMAS, help=f"Gaussian standard deviations (default {DEFAULT_SIGMAS})")
     p.add_argument("--size-mib", type=float, default=16.0,
                    help="MiB of Gaussian data per (sigma, dtype) (default 16)")
-    p.add_argument("--real-dtypes", default="bfloat16,float32",
-                   help="dtypes of the real model's weights (default bfloat16,float32; they ship as float32)")
-    p.add_argument("--demo-dtypes", default="bfloat16,float32",
-                   help="dtypes of the demo tensors (default bfloat16,float32; trained in float32)")
+    p.add_argument("--real-dtypes", default=DEFAULT_DTYPES,
+                   help=f"dtypes of the real model's weights (default {DEFAULT_DTYPES}; they ship as float32)")
+    p.add_argument("--demo-dtypes", default=DEFAULT_DTYPES,
+                   help=f"dtypes of the demo tensors (default {DEFAULT_DTYPES}; trained in float32)")
     p.add_argument("--demo-steps", type=int, default=150, help="training steps before the capture (default 150)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the demo training (default 0)")
     p.add_argument("--cache-dir", default=None,
@@ -95,6 +100,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "are interleaved (default 5)")
     p.add_argument("--min-time-ms", type=float, default=50.0, help="minimum time per round (default 50)")
     p.add_argument("--skip-external", action="store_true", help="leave out huff0 and zstd")
+    p.add_argument("--api-data", default="real,demo",
+                   help="data sets also measured through the Python API beside ZipNN: comma list of gaussian, "
+                        "real, demo, or none (default real,demo)")
+    p.add_argument("--api-rounds", type=int, default=5,
+                   help="alternating rounds of the Python API measurements, best kept (default 5)")
+    p.add_argument("--zipnn-threads", default="1,0",
+                   help="ZipNN thread counts, 0 = its default of min(cpu_count, 16) (default 1,0)")
+    p.add_argument("--install-zipnn", action="store_true",
+                   help="pip-install zipnn==0.5.4 when it is missing (else its rows are left out)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write every row to a CSV file")
 
@@ -112,6 +126,7 @@ class DataSet:
     source: str = ""  # where it came from
     sigma: float | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
+    api_rows: list[dict[str, Any]] = field(default_factory=list)  # Python API vs ZipNN (codec_api)
 
     @property
     def dtype(self) -> str:
@@ -523,6 +538,44 @@ def check_goals(sets: list[DataSet]) -> list[tuple[str, bool, str]]:
     return out
 
 
+def run_api(args: argparse.Namespace, sets: list[DataSet], codecs: list[str], notes: list[str],
+            log: Any, quiet_table: bool) -> list[tuple[str, bool, str]]:
+    """The Python API rows beside ZipNN (codec_api) of the --api-data sets;
+    returns issue 28's goal checks."""
+    from . import codec_api
+
+    groups = {g.strip().lower() for g in args.api_data.split(",") if g.strip()} - {"none"}
+    chosen = [ds for ds in sets if ds.group in groups]
+    if not chosen:
+        return []
+    if codec_api.zipnn_module() is None:
+        if getattr(args, "install_zipnn", False):
+            codec_api.install_zipnn(log)
+        if codec_api.zipnn_module() is None:
+            why = (f"ZipNN rows left out: zipnn is not installed (`pip install {codec_api.ZIPNN_PIP}`, "
+                   "or --install-zipnn)")
+            notes.append(why)
+            log(why)
+    threads = [int(x) for x in args.zipnn_threads.split(",") if x.strip()]
+    cands = codec_api.candidates(codecs, threads)
+    if not quiet_table:
+        zn = f"ZipNN {codec_api.zipnn_version()}" if codec_api.zipnn_module() is not None else "no ZipNN"
+        print()
+        print(f"Python API, bytes in and tensor out ({zn}): best of {args.api_rounds} alternating rounds, "
+              "a fresh copy of the input per call (outside the timing); GB/s of raw bytes, wall clock and per "
+              "CPU-second of the process (all threads); enc/ZipNN, dec/ZipNN: wall GB/s over ZipNN's with one "
+              "thread")
+        print(codec_api.API_HEADER)
+        print("-" * len(codec_api.API_HEADER))
+    goals: list[tuple[str, bool, str]] = []
+    for ds in chosen:
+        ds.api_rows = codec_api.measure(ds.tensor, cands, args.api_rounds)
+        goals += codec_api.check_goals(ds.name, ds.dtype, ds.api_rows)
+        if not quiet_table:
+            print("\n".join(codec_api.format_rows(ds.name, ds.dtype, ds.nbytes, ds.api_rows)), flush=True)
+    return goals
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the benchmark; returns 0, or 1 if a measurement failed."""
     from .. import codec as zcodec
@@ -586,6 +639,7 @@ def run(args: argparse.Namespace) -> int:
         machine["loadavg_end"] = os.getloadavg()
     except OSError:
         pass
+    api_goals = run_api(args, sets, codecs, notes, log, quiet_table)
     kernels = next((r.get("note", "") for ds in sets for r in ds.rows if r.get("name") == "memcpy"), "")
     goals = check_goals(sets)
     if not quiet_table:
@@ -604,6 +658,10 @@ def run(args: argparse.Namespace) -> int:
             print("goals (issue 3):")
             for what, ok, detail in goals:
                 print(f"  [{'met ' if ok else 'MISS'}] {what}: {detail}")
+        if api_goals:
+            print("goals (issue 28, Python API against ZipNN, wall clock):")
+            for what, ok, detail in api_goals:
+                print(f"  [{'met ' if ok else 'MISS'}] {what}: {detail}")
         print(f"took {time.time() - started:.0f} s; load at the end "
               f"{'/'.join(f'{x:.2f}' for x in machine.get('loadavg_end', ()))}")
     if args.json:
@@ -612,9 +670,10 @@ def run(args: argparse.Namespace) -> int:
             "options": {k: v for k, v in vars(args).items() if k != "func" and not callable(v)},
             "notes": notes,
             "datasets": [{"name": ds.name, "group": ds.group, "dtype": ds.dtype, "numel": ds.tensor.numel(),
-                          "bytes": ds.nbytes, "sigma": ds.sigma, "source": ds.source, "rows": ds.rows}
+                          "bytes": ds.nbytes, "sigma": ds.sigma, "source": ds.source, "rows": ds.rows,
+                          "api_rows": ds.api_rows}
                          for ds in sets],
-            "goals": [{"goal": w, "met": ok, "detail": d} for w, ok, d in goals],
+            "goals": [{"goal": w, "met": ok, "detail": d} for w, ok, d in goals + api_goals],
         }
         print(json.dumps(doc, indent=1, default=str))
     if args.csv:
@@ -639,6 +698,15 @@ def write_csv(path: str, sets: list[DataSet]) -> None:
                 w.writerow({**r, "data": ds.name, "group": ds.group, "dtype": ds.dtype,
                             "numel": ds.tensor.numel(), "sigma": "" if ds.sigma is None else ds.sigma,
                             "source": ds.source})
+            # Python API rows: op "api encode"/"api decode", name = library and codec (+ threads)
+            for r in ds.api_rows:
+                for op in ("enc", "dec"):
+                    w.writerow({"data": ds.name, "group": ds.group, "dtype": ds.dtype, "numel": ds.tensor.numel(),
+                                "sigma": "" if ds.sigma is None else ds.sigma, "source": ds.source,
+                                "name": f"{r['label']} t={r['threads'].split()[0]}", "op": f"api {op}ode",
+                                "kind": r["used"], "bytes": r["bytes"], "encoded_bytes": r["encoded_bytes"],
+                                "ratio": r["ratio"], "gbps": r[f"{op}_gbps"], "cpu_gbps": r[f"{op}_cpu_gbps"],
+                                "error": r["error"]})
 
 
 def main(argv: list[str] | None = None) -> int:
