@@ -16,12 +16,25 @@ Codecs:
 * ``"zip3"``: ZipCCL's fixed 3-bit exponent code; the fastest.
 * ``"huff"``: per-block Huffman-coded exponents; the best ratio.
 * ``"raw"``: the bytes as they are, with the same framing and CRCs.
-* ``"auto"``: picks one of the three per tensor from a cheap sampled estimate.
+* ``"auto"``: the best ratio: every coding kind is tried on a sample of the
+  tensor (the whole of a small one) and the smallest wins (ties go to the
+  faster kind); see "auto here and in collectives" below.
 
 bfloat16, float16, float32, float8_e4m3fn and float8_e5m2 are coded; every
 other supported dtype (float64, integers, bool) is stored raw whatever codec
 is asked for. Any output is at most the raw size plus a small header
 (the encoder falls back to raw rather than expand the data).
+
+auto here and in collectives: the Python API is for checkpoints and
+storage, where bytes saved outlast the time spent, so its auto takes the
+best ratio among the coding kinds, every one of which encodes faster than
+ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). It decides by encoding
+a sample with each kind (8 runs of 65536 elements spread over the tensor,
+or the whole tensor up to 4 runs' worth), which costs a few percent of the
+encode. Inside collectives the adaptive switcher keeps the Go codec's own
+auto (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3%
+of huff's ratio), because there the coding time is on the critical path and
+the link speed decides what pays (docs/ARCHITECTURE.md).
 
 The first call loads the engine (libzipccl.so) like ``zipccl.info()`` does;
 it starts no process group and opens no socket.
@@ -29,6 +42,7 @@ it starts no process group and opens no socket.
 
 from __future__ import annotations
 
+import ctypes
 import json
 from dataclasses import dataclass
 from typing import Any, Union
@@ -140,7 +154,9 @@ def compress(tensor: torch.Tensor, codec: str = "auto") -> bytes:
         tensor: any dense CPU tensor of a supported dtype (see ``DTYPES``),
             of any shape (0-d and empty included), contiguous or not (a
             non-contiguous tensor is copied to a contiguous one first).
-        codec: ``"auto"`` (default), ``"zip3"``, ``"huff"`` or ``"raw"``.
+        codec: ``"auto"`` (default: the smallest output of the coding
+            kinds, decided on a sample; see the module docstring),
+            ``"zip3"``, ``"huff"`` or ``"raw"``.
 
     Returns:
         The tensor container: dtype, shape and one codec frame. Its length
@@ -154,8 +170,65 @@ def compress(tensor: torch.Tensor, codec: str = "auto") -> bytes:
     """
     kind = _kind_code(codec)
     t = _check_tensor(tensor, "compress")
+    if kind == _KIND_CODES["auto"]:
+        kind, whole = _auto_pick(t)
+        if whole is not None:  # the trial encoded the whole tensor already
+            return whole
     data, _used = _C()._codec_encode(t, kind)
     return data
+
+
+# auto's sample: _AUTO_RUNS runs of _AUTO_RUN elements (one huff block each,
+# so the blocks' fixed costs count as in the whole tensor), spread evenly.
+_AUTO_RUN = 1 << 16
+_AUTO_RUNS = 8
+# Up to this many elements the trial encodes the whole tensor and keeps the
+# smallest output: no sample error, and at most a few ms.
+_AUTO_WHOLE = 4 * _AUTO_RUN
+# A slower kind must be at least this much smaller on the sample to win
+# (sampling noise on 2^19 elements is well below it).
+_AUTO_MARGIN = 1e-3
+
+
+def _auto_kinds() -> list[int]:
+    """The coding kinds auto tries, fastest first (their ABI codes rise with
+    cost): every kind in _KIND_CODES but raw and auto, so a kind added to
+    the table is tried as soon as it is there."""
+    return sorted(c for n, c in _KIND_CODES.items() if n not in ("raw", "auto"))
+
+
+def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
+    """(kind code, None) for auto on t; or (kind, its container) when the
+    trial already encoded the whole tensor. Uncoded dtypes and empty tensors
+    go to the Go codec's auto, which frames them raw."""
+    C = _C()
+    if t.dtype not in CODED_DTYPES or t.numel() == 0:
+        return _KIND_CODES["auto"], None
+    flat = t.reshape(-1)
+    whole = flat.numel() <= _AUTO_WHOLE
+    if whole:
+        sample = t
+    else:
+        # Gathered with memmove: torch's copies of these sizes go to its
+        # intra-op thread pool, which took 100+ ms on a busy 2-core machine.
+        flat = flat.contiguous()
+        stride, size = flat.numel() // _AUTO_RUNS, flat.element_size()
+        sample = torch.empty(_AUTO_RUNS * _AUTO_RUN, dtype=flat.dtype)
+        dst, src = sample.data_ptr(), flat.data_ptr()
+        for i in range(_AUTO_RUNS):
+            ctypes.memmove(dst + i * _AUTO_RUN * size, src + i * stride * size, _AUTO_RUN * size)
+    # raw first: a coding kind must beat it (on random bits huff can write
+    # a frame of raw blocks exactly as long as raw's)
+    best_kind = _KIND_CODES["raw"]
+    best_data, _ = C._codec_encode(sample, best_kind)
+    for kind in _auto_kinds():
+        try:
+            data, used = C._codec_encode(sample, kind)
+        except ValueError:
+            continue  # a kind this dtype does not have
+        if used != _KIND_CODES["raw"] and len(data) < len(best_data) * (1 - _AUTO_MARGIN):
+            best_kind, best_data = kind, data
+    return best_kind, (best_data if whole else None)
 
 
 def _as_buffer(data: BytesLike, what: str) -> BytesLike:
@@ -260,23 +333,30 @@ def estimate_ratio(tensor: torch.Tensor, codec: str = "zip3") -> float:
     ``raw size / compressed size`` that ``compress(tensor, codec)`` reaches.
 
     Uncoded dtypes (and ``"raw"``) estimate the raw frame, slightly below 1.
-    ``"auto"`` estimates the codec auto would pick. A non-contiguous tensor
-    is copied first.
+    ``"auto"`` estimates the codec :func:`choose_codec` names. A
+    non-contiguous tensor is copied first.
 
     Raises:
         the same errors as :func:`compress` for bad arguments.
     """
     kind = _kind_code(codec)
     t = _check_tensor(tensor, "estimate_ratio")
+    if kind == _KIND_CODES["auto"]:
+        kind, _ = _auto_pick(t)
     ratio, _chosen = _C()._codec_estimate(t, kind)
     return float(ratio)
 
 
 def choose_codec(tensor: torch.Tensor) -> str:
-    """The codec ``"auto"`` picks for this tensor: "raw", "zip3" or "huff"."""
+    """The codec ``compress(tensor, "auto")`` writes: the coding kind with
+    the smallest output on auto's sample, or "raw" (uncoded dtypes, empty
+    tensors, or when no kind shrinks the sample). Costs a trial encode of
+    the sample with each kind."""
     t = _check_tensor(tensor, "choose_codec")
-    _ratio, chosen = _C()._codec_estimate(t, _KIND_CODES["auto"])
-    return _KIND_NAMES.get(chosen, f"kind{chosen}")
+    kind, _ = _auto_pick(t)
+    if kind == _KIND_CODES["auto"]:
+        return "raw"
+    return _KIND_NAMES.get(kind, f"kind{kind}")
 
 
 def bench(
