@@ -1,5 +1,6 @@
-"""Command line: ``python -m zipccl info``, ``python -m zipccl demo`` and
-``python -m zipccl bench ...``."""
+"""Command line: ``python -m zipccl info``, ``python -m zipccl demo``,
+``python -m zipccl bench ...`` and ``python -m zipccl codec compress|decompress
+IN OUT`` (checkpoint files, zipccl.checkpoint)."""
 
 from __future__ import annotations
 
@@ -153,6 +154,14 @@ def _build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     _configure_demo(demo)
     demo.set_defaults(func=_run_demo)
+
+    codec = commands.add_parser(
+        "codec", help="compress or decompress a safetensors / torch.save checkpoint file"
+    )
+    from .checkpoint import configure as _configure_codec, run as _run_codec
+
+    _configure_codec(codec)
+    codec.set_defaults(func=_run_codec)
 
     from .bench import register as _register_benches
 
