@@ -187,7 +187,7 @@ def test_codec_names_and_kinds():
     t = gaussian((100_000,), torch.bfloat16)
     kinds = {c: zc.inspect(zc.compress(t, c)).codec for c in CODECS}
     assert kinds["zip3"] == "zip3" and kinds["huff"] == "huff" and kinds["raw"] == "raw"
-    assert kinds["auto"] in ("zip3", "huff")
+    assert kinds["auto"] in set(zc.CODECS) - {"auto", "raw"}  # a coding kind (huff2 once it exists)
     assert kinds["auto"] == zc.choose_codec(t)
     # case and surrounding blanks do not matter
     assert zc.inspect(zc.compress(t, " HUFF ")).codec == "huff"
@@ -198,17 +198,16 @@ def test_codec_names_and_kinds():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn], ids=str)
-@pytest.mark.parametrize("numel", [50_000, 3_000_000])
+@pytest.mark.parametrize("numel", [50_000, 300_000, 3_000_000])
 def test_auto_takes_the_best_ratio(dtype, numel):
     """The Python API's auto writes the smallest of the coding kinds (issue
-    28), within the 0.1% by which a slower kind must win: measured on the
-    whole of a small tensor, on a sample of a large one (sampling error
-    allowed for); and choose_codec names what it writes."""
+    28): exactly on a small tensor (the whole of it is tried), within the
+    sampling error on a larger one; and choose_codec names what it writes."""
     t = gaussian((numel,), dtype, sigma=0.02, seed=11)
-    sizes = {c: len(zc.compress(t, c)) for c in ("zip3", "huff")}
+    sizes = {c: len(zc.compress(t, c)) for c in zc.CODECS if c not in ("auto", "raw")}
     blob = zc.compress(t, "auto")
     assert_bit_equal(zc.decompress(blob), t)
-    slack = 1.001 if numel <= 4 * 65536 else 1.003
+    slack = 1.0 if numel <= 65536 else 1.003
     assert len(blob) <= min(sizes.values()) * slack, (len(blob), sizes)
     assert zc.inspect(blob).codec == zc.choose_codec(t)
     # random bits shrink under no kind: raw (huff may write a frame of raw

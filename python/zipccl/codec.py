@@ -17,8 +17,8 @@ Codecs:
 * ``"huff"``: per-block Huffman-coded exponents; the best ratio.
 * ``"raw"``: the bytes as they are, with the same framing and CRCs.
 * ``"auto"``: the best ratio: every coding kind is tried on a sample of the
-  tensor (the whole of a small one) and the smallest wins (ties go to the
-  faster kind); see "auto here and in collectives" below.
+  tensor (the whole of a small one) and the smallest wins; see "auto here
+  and in collectives" below.
 
 bfloat16, float16, float32, float8_e4m3fn and float8_e5m2 are coded; every
 other supported dtype (float64, integers, bool) is stored raw whatever codec
@@ -29,10 +29,11 @@ auto here and in collectives: the Python API is for checkpoints and
 storage, where bytes saved outlast the time spent, so its auto takes the
 best ratio among the coding kinds, every one of which encodes faster than
 ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). It decides by encoding
-a sample with each kind (8 runs of 65536 elements spread over the tensor,
-or the whole tensor up to 4 runs' worth), which costs a few percent of the
-encode. Inside collectives the adaptive switcher keeps the Go codec's own
-auto (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3%
+a sample with each kind and keeping the smallest (8 runs spread over the
+tensor, each 1/64 of it, between 4096 and 65536 elements; the whole tensor
+up to 65536 elements), which costs a few percent of a large tensor's
+encode and up to about half of a mid-size one's. Inside collectives the
+adaptive switcher keeps the Go codec's own auto (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3%
 of huff's ratio), because there the coding time is on the critical path and
 the link speed decides what pays (docs/ARCHITECTURE.md).
 
@@ -178,16 +179,16 @@ def compress(tensor: torch.Tensor, codec: str = "auto") -> bytes:
     return data
 
 
-# auto's sample: _AUTO_RUNS runs of _AUTO_RUN elements (one huff block each,
-# so the blocks' fixed costs count as in the whole tensor), spread evenly.
+# auto's sample: _AUTO_RUNS runs spread evenly over the tensor, each of
+# 1/64 of it, at least _AUTO_MIN_RUN and at most _AUTO_RUN elements (one
+# huff block, so blocks' fixed costs weigh as in the whole tensor): an
+# eighth of a mid-size tensor, 2^19 elements of a large one.
 _AUTO_RUN = 1 << 16
+_AUTO_MIN_RUN = 1 << 12
 _AUTO_RUNS = 8
 # Up to this many elements the trial encodes the whole tensor and keeps the
-# smallest output: no sample error, and at most a few ms.
-_AUTO_WHOLE = 4 * _AUTO_RUN
-# A slower kind must be at least this much smaller on the sample to win
-# (sampling noise on 2^19 elements is well below it).
-_AUTO_MARGIN = 1e-3
+# smallest output (no sample error, well under a millisecond per kind).
+_AUTO_WHOLE = _AUTO_RUN
 
 
 def _auto_kinds() -> list[int]:
@@ -212,21 +213,29 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
         # Gathered with memmove: torch's copies of these sizes go to its
         # intra-op thread pool, which took 100+ ms on a busy 2-core machine.
         flat = flat.contiguous()
-        stride, size = flat.numel() // _AUTO_RUNS, flat.element_size()
-        sample = torch.empty(_AUTO_RUNS * _AUTO_RUN, dtype=flat.dtype)
+        n, size = flat.numel(), flat.element_size()
+        run = min(_AUTO_RUN, max(_AUTO_MIN_RUN, n // (8 * _AUTO_RUNS)))
+        stride = n // _AUTO_RUNS
+        sample = torch.empty(_AUTO_RUNS * run, dtype=flat.dtype)
         dst, src = sample.data_ptr(), flat.data_ptr()
         for i in range(_AUTO_RUNS):
-            ctypes.memmove(dst + i * _AUTO_RUN * size, src + i * stride * size, _AUTO_RUN * size)
+            ctypes.memmove(dst + i * run * size, src + i * stride * size, run * size)
     # raw first: a coding kind must beat it (on random bits huff can write
     # a frame of raw blocks exactly as long as raw's)
     best_kind = _KIND_CODES["raw"]
     best_data, _ = C._codec_encode(sample, best_kind)
+    raw_len = len(best_data)
     for kind in _auto_kinds():
         try:
             data, used = C._codec_encode(sample, kind)
         except ValueError:
             continue  # a kind this dtype does not have
-        if used != _KIND_CODES["raw"] and len(data) < len(best_data) * (1 - _AUTO_MARGIN):
+        # Strictly smaller than raw; a tie among coding kinds goes to the
+        # later one, whose extra coding only ever saves bytes: frames pad to
+        # 128 bytes, so on a sample huff2's few saved bytes often tie with
+        # huff while they add up over a whole model (MiniLM fp32 file:
+        # 74455259 bytes with ties to huff, 74451547 all huff2).
+        if used != _KIND_CODES["raw"] and len(data) < raw_len and len(data) <= len(best_data):
             best_kind, best_data = kind, data
     return best_kind, (best_data if whole else None)
 
