@@ -22,7 +22,7 @@ import zipccl.codec as zc
 FLOAT_DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
 OTHER_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool]
 ALL_DTYPES = FLOAT_DTYPES + OTHER_DTYPES
-CODECS = ["auto", "zip3", "huff", "raw"]
+CODECS = ["auto", "zip3", "huff", "huff2", "raw"]
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -119,7 +119,7 @@ def test_non_contiguous(dtype):
         base[10:20].flip(0),           # negative step via flip (a copy) of a view
     ]
     for v in views:
-        for codec in ("auto", "zip3", "huff"):
+        for codec in ("auto", "zip3", "huff", "huff2"):
             blob = zc.compress(v, codec)
             back = zc.decompress(blob)
             assert back.shape == v.shape
@@ -169,7 +169,7 @@ def test_special_values_bit_exact(dtype):
     data = data_bits.view(dtype)
     for codec in CODECS:
         blob = roundtrip(data, codec)
-        if dtype != torch.float64 and codec in ("zip3", "huff"):
+        if dtype != torch.float64 and codec in ("zip3", "huff", "huff2"):
             assert zc.inspect(blob).codec == codec  # still coded, not stored raw
         roundtrip(special, codec)
 
@@ -187,6 +187,7 @@ def test_codec_names_and_kinds():
     t = gaussian((100_000,), torch.bfloat16)
     kinds = {c: zc.inspect(zc.compress(t, c)).codec for c in CODECS}
     assert kinds["zip3"] == "zip3" and kinds["huff"] == "huff" and kinds["raw"] == "raw"
+    assert kinds["huff2"] == "huff2"
     assert kinds["auto"] in set(zc.CODECS) - {"auto", "raw"}  # a coding kind (huff2 once it exists)
     assert kinds["auto"] == zc.choose_codec(t)
     # case and surrounding blanks do not matter
@@ -541,3 +542,14 @@ def test_bench_codec_json():
     for r in ds["rows"]:
         if r["name"] in ("zip3", "huff"):
             assert r["ratio"] > 1.05 and r["gbps"] > 0
+
+
+def test_huff2_codes_the_bytes_under_the_exponent():
+    """float32 holding float16 values (13 low mantissa bits zero, as in the
+    rows of a checkpoint that never left float16): huff2 codes the two low
+    byte planes, huff keeps them raw; both round-trip bit-exactly."""
+    t = gaussian((200_000,), torch.float32, seed=8)
+    t = (bits(t) & ~0x1FFF).view(torch.float32)
+    r_huff = zc.inspect(roundtrip(t, "huff")).ratio
+    r_huff2 = zc.inspect(roundtrip(t, "huff2")).ratio
+    assert r_huff2 > 1.5 * r_huff, (r_huff, r_huff2)

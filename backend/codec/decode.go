@@ -14,6 +14,7 @@ import (
 type Decoder struct {
 	z    zip3.Decoder
 	h    huff.Decoder
+	h2   *huff2Decoder // allocated on first use
 	syms []byte
 	hi   []byte
 }
@@ -127,6 +128,19 @@ func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
 			}
 			off += m
 			huffMerge(p.f, out, bst, syms, &d.hi)
+			got = crc(out)
+		case Huff2:
+			if !allZero(idx[4:]) {
+				return fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
+			}
+			if d.h2 == nil {
+				d.h2 = new(huff2Decoder)
+			}
+			m, err := d.h2.decodeBlock(out, p.f, dyn[off:], n)
+			if err != nil {
+				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
+			}
+			off += m
 			got = crc(out)
 		}
 		if want := binary.LittleEndian.Uint32(idx[0:]); got != want {

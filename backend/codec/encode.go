@@ -14,9 +14,10 @@ import (
 type Encoder struct {
 	z    zip3.Encoder
 	h    huff.Encoder
-	esc  []byte // zip3 escapes of the tensor being encoded
-	syms []byte // huff symbols of one block
-	hi   []byte // fp32 high halves of one block
+	h2   *huff2Encoder // allocated on first use
+	esc  []byte        // zip3 escapes of the tensor being encoded
+	syms []byte        // huff symbols of one block
+	hi   []byte        // fp32 high halves of one block
 
 	// split-mode state between EncodeStatic and EncodeDynamic
 	pending bool
@@ -74,13 +75,17 @@ func (e *Encoder) Encode(dst, src []byte, dt dtype.DType, k Kind) ([]byte, error
 	want := HeaderLen + p.staticLen + Align
 	if p.kind == Huff {
 		want += p.numel + 3<<huffBlockLog
+	} else if p.kind == Huff2 {
+		// every plane raw plus its mode byte, and the stream coder's room
+		want += p.numel*p.size + 4*p.nblocks + 3<<huff2BlockLog
 	} else if p.kind == Zip3 {
 		want += p.numel / 16
 	}
 	dst = grow(dst, want)
 	dst = dst[:start+HeaderLen]
-	dst = e.appendStatic(dst, src, &p, p.kind == Huff)
-	dst = e.appendDynamic(dst, src, &p, p.kind == Huff)
+	fused := p.kind == Huff || p.kind == Huff2
+	dst = e.appendStatic(dst, src, &p, fused)
+	dst = e.appendDynamic(dst, src, &p, fused)
 	dst = padTo(dst, start+HeaderLen+p.staticLen)
 	if len(dst)-start > rawFrame && p.kind != Raw {
 		p = mustPlan(p.numel, dt, Raw)
@@ -132,7 +137,7 @@ func (e *Encoder) EncodeDynamic(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// appendStatic appends p.staticLen bytes. With fused (Huff only) it also
+// appendStatic appends p.staticLen bytes. With fused (Huff, Huff2) it also
 // codes each block and appends the records after the static part, so that
 // appendDynamic only pads.
 func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
@@ -141,6 +146,12 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 	clear(dst[base : base+p.indexLen])
 	e.esc = e.esc[:0]
 	e.h.Reset() // output depends on this tensor only
+	if p.kind == Huff2 {
+		if e.h2 == nil {
+			e.h2 = new(huff2Encoder)
+		}
+		e.h2.reset()
+	}
 	e.z.Stream = len(src) >= encStreamMin
 	for i := 0; i < p.nblocks; i++ {
 		st := dst[base : base+p.staticLen] // dst may move when records are appended
@@ -153,6 +164,11 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 			binary.LittleEndian.PutUint32(idx[0:], crc(blk))
 			copy(bst, blk)
 			clear(bst[len(blk):])
+		case Huff2:
+			binary.LittleEndian.PutUint32(idx[0:], crc(blk))
+			if fused {
+				dst = e.h2.appendBlock(dst, p.f, blk, n)
+			}
 		case Zip3:
 			e.z.Ahead = 0
 			if i+1 < p.nblocks {
@@ -184,7 +200,7 @@ func (e *Encoder) symScratch(n int) []byte {
 	return e.syms[:n]
 }
 
-// appendDynamic appends the dynamic part, unpadded. fused: the Huff records
+// appendDynamic appends the dynamic part, unpadded. fused: the Huff/Huff2 records
 // were already appended by appendStatic.
 func (e *Encoder) appendDynamic(dst, src []byte, p *plan, fused bool) []byte {
 	switch p.kind {
@@ -200,6 +216,15 @@ func (e *Encoder) appendDynamic(dst, src []byte, p *plan, fused bool) []byte {
 			e0, n, _, _ := p.block(i)
 			blk := src[e0*p.size : (e0+n)*p.size]
 			dst = e.h.AppendBlock(dst, huffSyms(p.f, e.symScratch(n), blk))
+		}
+	case Huff2:
+		if fused {
+			return dst
+		}
+		e.h2.reset()
+		for i := 0; i < p.nblocks; i++ {
+			e0, n, _, _ := p.block(i)
+			dst = e.h2.appendBlock(dst, p.f, src[e0*p.size:(e0+n)*p.size], n)
 		}
 	}
 	return dst

@@ -12,6 +12,7 @@ targets=(
 	"./zip3:FuzzDecodeBlock"
 	"./huff:FuzzDecodeBlock"
 	"./huff:FuzzRoundTrip"
+	"./huff:FuzzExactRoundTrip"
 	"./internal/crc32c:FuzzUpdate"
 )
 # Go 1.26's fuzz coordinator can fail a target with a bare "context deadline

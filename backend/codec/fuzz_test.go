@@ -30,6 +30,15 @@ func seedFrames() [][]byte {
 			}
 		}
 	}
+	// huff2 last, so that the older seeds keep their file names
+	for _, dt := range codedTypes {
+		for _, n := range []int{1, 300} {
+			f, _ := e.Encode(nil, gauss(dt, n, 0.5, uint64(n)), dt, Huff2)
+			out = append(out, f)
+		}
+	}
+	f, _ := e.Encode(nil, fp16Valued(3000, 1), dtype.Float32, Huff2) // coded residue planes
+	out = append(out, f)
 	return out
 }
 
@@ -82,7 +91,7 @@ func FuzzDecode(f *testing.F) {
 func FuzzDecodeSplit(f *testing.F) {
 	var e Encoder
 	for _, dt := range codedTypes {
-		for _, k := range []Kind{Raw, Zip3, Huff} {
+		for _, k := range []Kind{Raw, Zip3, Huff, Huff2} {
 			src := gauss(dt, 100, 1, 1)
 			st, _ := e.EncodeStatic(nil, src, dt, k)
 			dyn, _ := e.EncodeDynamic(nil)
@@ -112,7 +121,7 @@ func FuzzDecodeSplit(f *testing.F) {
 }
 
 func FuzzDecodeTensor(f *testing.F) {
-	for _, k := range []Kind{Raw, Zip3, Huff} {
+	for _, k := range []Kind{Raw, Zip3, Huff, Huff2} {
 		c, _ := EncodeTensor(nil, gauss(dtype.BFloat16, 60, 1, 1), dtype.BFloat16, []int64{3, 4, 5}, k)
 		f.Add(c)
 	}
@@ -139,9 +148,13 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add(specials(dtype.Float32, 100, 1), uint8(dtype.Float32), uint8(Auto))
 	f.Add(gauss(dtype.Float16, 300, 1, 1), uint8(dtype.Float16), uint8(Zip3))
 	f.Add(gauss(dtype.Float8E4M3FN, 300, 1, 1), uint8(dtype.Float8E4M3FN), uint8(Huff))
+	f.Add(fp16Valued(300, 1), uint8(dtype.Float32), uint8(Huff2))
 	f.Fuzz(func(t *testing.T, data []byte, dtb, kb uint8) {
 		dt := dtype.DType(dtb%12 + 1)
-		k := []Kind{Raw, Zip3, Huff, Auto}[kb%4]
+		k := Kind(kb) // the kinds' own codes; other bytes map onto them
+		if k != Raw && k != Zip3 && k != Huff && k != Huff2 && k != Auto {
+			k = []Kind{Raw, Zip3, Huff, Huff2, Auto}[kb%5]
+		}
 		data = data[:len(data)/dt.Size()*dt.Size()]
 		roundTrip(t, data, dt, k)
 	})
@@ -166,8 +179,10 @@ func TestWriteSeedCorpus(t *testing.T) {
 	writeSeed(t, "FuzzDecodeTensor", "zip3", c)
 	c, _ = EncodeTensor(nil, gauss(dtype.Float16, 24, 1, 1), dtype.Float16, []int64{24}, Huff)
 	writeSeed(t, "FuzzDecodeTensor", "huff", c)
+	c, _ = EncodeTensor(nil, gauss(dtype.Float32, 300, 1, 1), dtype.Float32, []int64{300}, Huff2)
+	writeSeed(t, "FuzzDecodeTensor", "huff2", c)
 	var e Encoder
-	for _, k := range []Kind{Zip3, Huff} {
+	for _, k := range []Kind{Zip3, Huff, Huff2} {
 		src := gauss(dtype.BFloat16, 100, 1, 1)
 		st, _ := e.EncodeStatic(nil, src, dtype.BFloat16, k)
 		dyn, _ := e.EncodeDynamic(nil)
@@ -175,6 +190,8 @@ func TestWriteSeedCorpus(t *testing.T) {
 	}
 	writeSeedArgs(t, "FuzzRoundTrip", "bf16", gauss(dtype.BFloat16, 100, 0.1, 1), uint8(dtype.BFloat16), uint8(Zip3))
 	writeSeedArgs(t, "FuzzRoundTrip", "special", specials(dtype.Float32, 50, 1), uint8(dtype.Float32), uint8(Huff))
+	writeSeedArgs(t, "FuzzRoundTrip", "special-huff2", specials(dtype.Float16, 50, 1), uint8(dtype.Float16), uint8(Huff2))
+	writeSeedArgs(t, "FuzzRoundTrip", "f16in32-huff2", fp16Valued(200, 2), uint8(dtype.Float32), uint8(Huff2))
 }
 
 func writeSeed(t *testing.T, fuzzer, name string, data []byte) {

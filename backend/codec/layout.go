@@ -17,9 +17,10 @@ const (
 	IndexEntry = 16 // bytes per block in the block index
 	Align      = 128
 
-	zip3BlockLog = 14 // 16384 elements per zip3 block
-	huffBlockLog = 16 // 65536 elements per huff block
-	rawBlockLog  = 16 // 65536 elements per raw block
+	zip3BlockLog  = 14 // 16384 elements per zip3 block
+	huffBlockLog  = 16 // 65536 elements per huff block
+	huff2BlockLog = 16 // 65536 elements per huff2 block
+	rawBlockLog   = 16 // 65536 elements per raw block
 
 	// maxNumel bounds the element count so that every length fits an int64.
 	maxNumel = 1 << 56
@@ -80,6 +81,8 @@ func blockLogOf(k Kind) uint {
 		return zip3BlockLog
 	case Huff:
 		return huffBlockLog
+	case Huff2:
+		return huff2BlockLog
 	}
 	return rawBlockLog
 }
@@ -102,6 +105,8 @@ func (p *plan) blockStatic(n int) int {
 		return zip3.StaticLen(p.f, n)
 	case Huff:
 		return huffStatic(p.f, n)
+	case Huff2:
+		return 0 // every plane is in the dynamic part
 	}
 	return alignUp(n * p.size)
 }
@@ -110,7 +115,7 @@ func newPlan(numel int, dt dtype.DType, k Kind) (plan, error) {
 	if !dt.Valid() {
 		return plan{}, fmt.Errorf("%w: %v", ErrDType, dt)
 	}
-	if k != Raw && k != Zip3 && k != Huff {
+	if k != Raw && k != Zip3 && k != Huff && k != Huff2 {
 		return plan{}, fmt.Errorf("%w: %v", ErrKind, k)
 	}
 	if numel < 0 || numel > maxNumel {
@@ -156,7 +161,8 @@ func StaticLen(numel int, dt dtype.DType, k Kind) int {
 
 // MaxDynamicLen bounds the dynamic part of numel elements of dt coded as k
 // (split mode). Zip3's worst case is one escape byte per element; Huff's is
-// the raw exponent bytes plus one mode byte per block.
+// the raw exponent bytes plus one mode byte per block; Huff2's every byte
+// raw plus one mode byte per plane and block.
 func MaxDynamicLen(numel int, dt dtype.DType, k Kind) int {
 	p, err := newPlan(numel, dt, k)
 	if err != nil {
@@ -167,6 +173,8 @@ func MaxDynamicLen(numel int, dt dtype.DType, k Kind) int {
 		return alignUp(numel)
 	case Huff:
 		return alignUp(numel + 2*p.nblocks)
+	case Huff2:
+		return alignUp(numel*p.size + huff2Planes(p.f)*p.nblocks)
 	}
 	return 0
 }
@@ -190,7 +198,7 @@ func MaxEncodedLen(nbytes int, dt dtype.DType) int {
 type Header struct {
 	Version    uint8
 	DType      dtype.DType
-	Kind       Kind // Raw, Zip3 or Huff
+	Kind       Kind // Raw, Zip3, Huff or Huff2
 	BlockLog   uint8
 	Numel      int // elements
 	RawLen     int // Numel * DType.Size(): the decoded length

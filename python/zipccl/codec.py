@@ -14,7 +14,10 @@ returning a wrong tensor.
 Codecs:
 
 * ``"zip3"``: ZipCCL's fixed 3-bit exponent code; the fastest.
-* ``"huff"``: per-block Huffman-coded exponents; the best ratio.
+* ``"huff"``: per-block Huffman-coded exponents.
+* ``"huff2"``: Huffman-codes the exponent and, where that saves 5 %, each
+  byte under it (docs/FORMAT.md 4a); the best ratio, encodes and decodes at
+  about huff's speed. CPU only: collectives never use it.
 * ``"raw"``: the bytes as they are, with the same framing and CRCs.
 * ``"auto"``: the best ratio: every coding kind is tried on a sample of the
   tensor (the whole of a small one) and the smallest wins; see "auto here
@@ -66,11 +69,11 @@ __all__ = [
 BytesLike = Union[bytes, bytearray, memoryview]
 
 # Codec names and their ABI codes (ZC_CODEC_* in capi/zipccl_abi.h).
-_KIND_CODES = {"raw": 0, "zip3": 1, "huff": 2, "auto": 255}
+_KIND_CODES = {"raw": 0, "zip3": 1, "huff": 2, "huff2": 3, "auto": 255}
 _KIND_NAMES = {code: name for name, code in _KIND_CODES.items()}
 
 #: Codec names accepted by compress() and estimate_ratio().
-CODECS: tuple[str, ...] = ("auto", "zip3", "huff", "raw")
+CODECS: tuple[str, ...] = ("auto", "zip3", "huff", "huff2", "raw")
 
 # torch dtype -> ABI dtype code (backend/dtype, ZC_* in capi/zipccl_abi.h).
 _DTYPE_CODES: dict[torch.dtype, int] = {

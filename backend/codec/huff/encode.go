@@ -16,6 +16,7 @@ type Encoder struct {
 	have  bool
 	bs    buildScratch
 	nlens [257]uint8
+	exact bool // the current table is an exact one (AppendExact): no escape
 }
 
 // sampleStride: every sampleStride-th symbol feeds the table histogram.
@@ -134,7 +135,7 @@ func (e *Encoder) chooseTable(lo, hi int) {
 		}
 		lens[nwin], lens[best] = lens[best], lens[nwin]
 	}
-	if e.have {
+	if e.have && !e.exact {
 		var costNew, costOld uint64
 		for i := 0; i < nwin; i++ {
 			c := uint64(e.hist[lo+i])
@@ -165,7 +166,7 @@ func (e *Encoder) chooseTable(lo, hi int) {
 		}
 	}
 	e.tbuf = appendTable(e.tbuf[:0], t)
-	e.have = true
+	e.have, e.exact = true, false
 }
 
 // Reset forgets the previous table.

@@ -71,4 +71,13 @@ func TestWriteSeedCorpus(t *testing.T) {
 	if err := fuzzseed.Write("FuzzRoundTrip", "gauss", gaussExp(300, 0.1, 2)); err != nil {
 		t.Fatal(err)
 	}
+	var e Encoder
+	for i, r := range [][]byte{e.AppendExact(nil, geometric(3000, 0.7, 1), 0), e.AppendExact(nil, gaussExp(500, 1, 3), 0)} {
+		if err := fuzzseed.Write("FuzzDecodeBlock", fmt.Sprintf("exact%02d", i), r, uint16(map[int]int{0: 3000, 1: 500}[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fuzzseed.Write("FuzzExactRoundTrip", "geometric", geometric(2000, 0.8, 4), uint8(13)); err != nil {
+		t.Fatal(err)
+	}
 }

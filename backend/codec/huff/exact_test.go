@@ -1,0 +1,158 @@
+package huff
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+)
+
+func rtExact(t testing.TB, e *Encoder, d *Decoder, syms []byte, gain int) []byte {
+	t.Helper()
+	rec := e.AppendExact(nil, syms, gain)
+	if len(rec) > len(syms)+1 {
+		t.Fatalf("expanded: %d > %d", len(rec), len(syms)+1)
+	}
+	out := make([]byte, len(syms))
+	m, err := d.DecodeBlock(out, rec)
+	if err != nil {
+		t.Fatalf("n=%d: %v", len(syms), err)
+	}
+	if m != len(rec) || !bytes.Equal(out, syms) {
+		t.Fatalf("n=%d mismatch (m=%d len=%d)", len(syms), m, len(rec))
+	}
+	return rec
+}
+
+// geometric symbols: P(k) ~ 2^-k/q, a long tail that plain Huffman codes
+// with more than MaxCodeLen bits.
+func geometric(n int, q float64, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 3))
+	b := make([]byte, n)
+	for i := range b {
+		k := 0
+		for k < 200 && r.Float64() < q {
+			k++
+		}
+		b[i] = byte(40 + k)
+	}
+	return b
+}
+
+func TestExactRoundTrip(t *testing.T) {
+	var e Encoder
+	var d Decoder
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, n := range []int{1, 2, 3, 5, 17, 100, 1023, 1024, 4097, 65536} {
+		rtExact(t, &e, &d, gaussExp(n, 0.02, uint64(n)), 0)
+		rtExact(t, &e, &d, geometric(n, 0.6, uint64(n)), 0)
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		rtExact(t, &e, &d, b, 0)
+		rtExact(t, &e, &d, b, 13)
+		rtExact(t, &e, &d, bytes.Repeat([]byte{7}, n), 0)
+	}
+}
+
+// TestExactModes: one symbol is a run record, uniform bytes stay raw, a
+// skewed plane is coded, and minGain turns a small saving into raw.
+func TestExactModes(t *testing.T) {
+	var e Encoder
+	var d Decoder
+	if rec := rtExact(t, &e, &d, bytes.Repeat([]byte{9}, 5000), 0); rec[0] != ModeRLE || len(rec) != 2 {
+		t.Fatalf("run: %v", rec[:2])
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	uni := make([]byte, 65536)
+	for i := range uni {
+		uni[i] = byte(r.Uint32())
+	}
+	if rec := rtExact(t, &e, &d, uni, 13); rec[0] != ModeRaw {
+		t.Fatal("uniform bytes were coded")
+	}
+	// 20 % zeros among uniform bytes: about 0.6 bit per symbol saved (7 %)
+	sk := append([]byte{}, uni...)
+	for i := range sk {
+		if r.IntN(5) == 0 {
+			sk[i] = 0
+		}
+	}
+	if rec := rtExact(t, &e, &d, sk, 13); rec[0] != ModeHuff {
+		t.Fatal("a plane saving 7 % was not coded")
+	}
+	if rec := rtExact(t, &e, &d, sk, 64); rec[0] != ModeRaw {
+		t.Fatal("a plane saving 7 % was coded with minGain 25 %")
+	}
+}
+
+// TestLimitedLengths checks package-merge against the definition: lengths
+// within the limit, Kraft sum exactly 1, and no worse than halving the
+// counts (the sampled tables' method); equal to Huffman when that fits.
+func TestLimitedLengths(t *testing.T) {
+	var s buildScratch
+	r := rand.New(rand.NewPCG(9, 9))
+	for trial := 0; trial < 300; trial++ {
+		n := 2 + r.IntN(255)
+		cnt := make([]uint32, n)
+		for i := range cnt {
+			switch trial % 3 {
+			case 0:
+				cnt[i] = uint32(1 + r.IntN(1000))
+			case 1: // steep tail: plain Huffman exceeds 11 bits
+				cnt[i] = uint32(1) << min(i, 30) >> 10
+				cnt[i]++
+			default:
+				if r.IntN(3) > 0 {
+					cnt[i] = uint32(r.ExpFloat64() * 50)
+				}
+			}
+		}
+		cnt[0], cnt[1] = max(cnt[0], 1), max(cnt[1], 1)
+		pm := make([]uint8, n)
+		limitedLengths(cnt, pm, MaxCodeLen, &s)
+		hl := make([]uint8, n)
+		buildLengths(cnt, hl, MaxCodeLen, &s)
+		un := make([]uint8, n)
+		buildLengths(cnt, un, 64, &s)
+		var kraft, costPM, costH, costU uint64
+		maxU := 0
+		for i, c := range cnt {
+			if (c == 0) != (pm[i] == 0) || pm[i] > MaxCodeLen {
+				t.Fatalf("trial %d: symbol %d count %d length %d", trial, i, c, pm[i])
+			}
+			if pm[i] > 0 {
+				kraft += 1 << (MaxCodeLen - pm[i])
+			}
+			costPM += uint64(c) * uint64(pm[i])
+			costH += uint64(c) * uint64(hl[i])
+			costU += uint64(c) * uint64(un[i])
+			maxU = max(maxU, int(un[i]))
+		}
+		if kraft != 1<<MaxCodeLen {
+			t.Fatalf("trial %d: Kraft sum %d/2048", trial, kraft)
+		}
+		if costPM > costH {
+			t.Fatalf("trial %d: package-merge %d bits > halving %d", trial, costPM, costH)
+		}
+		if maxU <= MaxCodeLen && costPM != costU {
+			t.Fatalf("trial %d: %d bits, Huffman %d", trial, costPM, costU)
+		}
+	}
+}
+
+// FuzzExactRoundTrip codes arbitrary symbols with exact tables.
+func FuzzExactRoundTrip(f *testing.F) {
+	f.Add(gaussExp(500, 1, 1), uint8(0))
+	f.Add(geometric(3000, 0.7, 1), uint8(13))
+	f.Fuzz(func(t *testing.T, syms []byte, gain uint8) {
+		if len(syms) == 0 {
+			return
+		}
+		var e Encoder
+		var d Decoder
+		rtExact(t, &e, &d, syms, int(gain))
+		// the encoder keeps its table across blocks: a second block too
+		rtExact(t, &e, &d, syms[len(syms)/2:], int(gain))
+	})
+}

@@ -1,0 +1,138 @@
+package codec
+
+import (
+	"github.com/zipccl/zipccl/backend/codec/huff"
+	"github.com/zipccl/zipccl/backend/codec/zip3"
+)
+
+// Huff2 (docs/FORMAT.md section 4a) cuts every element into byte planes and
+// codes each plane of a block as its own huff record:
+//
+//	bf16: exponent byte (bits 14..7); sign<<7 | bits 6..0
+//	fp16: bits 14..7 (5 exponent bits, top 3 mantissa bits); sign<<7 | bits 6..0
+//	fp32: exponent byte (bits 30..23); sign<<7 | bits 22..16; bits 15..8; bits 7..0
+//	fp8:  the whole byte
+//
+// Plane 0 is always Huffman-coded when that is shorter; the others only when
+// the code saves huff2MinGain, since a near-uniform plane decodes several
+// times slower coded than copied and saves almost nothing.
+
+// huff2MinGain: a residue plane is coded only if it shrinks by 13/256 (5 %).
+const huff2MinGain = 13
+
+// huff2Planes is the number of byte planes of format f.
+func huff2Planes(f zip3.Format) int {
+	switch f {
+	case zip3.FP32:
+		return 4
+	case zip3.BF16, zip3.FP16:
+		return 2
+	}
+	return 1
+}
+
+// planeBufs holds the byte planes of one block.
+type planeBufs struct {
+	p   [4][]byte
+	r16 []byte // fp32: the low halves before their bytes are split
+	hi  []byte // fp32: the high halves
+}
+
+func (b *planeBufs) grow(n int) {
+	for i := range b.p {
+		b.p[i] = growBuf(b.p[i], n)
+	}
+	b.r16 = growBuf(b.r16, 2*n)
+}
+
+// huff2Split writes the planes of block src (n elements) into b.p[i][:n].
+func huff2Split(f zip3.Format, b *planeBufs, src []byte, n int) {
+	switch f {
+	case zip3.BF16, zip3.FP16:
+		splitBF16(b.p[1][:n], b.p[0][:n], src)
+	case zip3.FP32:
+		splitFP32(b.p[1][:n], b.r16[:2*n], b.p[0][:n], src, &b.hi)
+		splitFP16(b.p[3][:n], b.p[2][:n], b.r16[:2*n])
+	default:
+		copy(b.p[0][:n], src)
+	}
+}
+
+// huff2Merge rebuilds block dst from its planes.
+func huff2Merge(f zip3.Format, dst []byte, pl *[4][]byte, b *planeBufs) {
+	n := len(pl[0])
+	switch f {
+	case zip3.BF16, zip3.FP16:
+		mergeBF16(dst, pl[1], pl[0])
+	case zip3.FP32:
+		b.r16 = growBuf(b.r16, 2*n)
+		mergeFP16(b.r16[:2*n], pl[3], pl[2])
+		mergeFP32(dst, pl[1], b.r16[:2*n], pl[0], &b.hi)
+	default:
+		copy(dst, pl[0])
+	}
+}
+
+// huff2Encoder codes the planes of consecutive blocks; each plane keeps its
+// own table between blocks (reused when still good).
+type huff2Encoder struct {
+	h [4]huff.Encoder
+	b planeBufs
+}
+
+func (e *huff2Encoder) reset() {
+	for i := range e.h {
+		e.h[i].Reset()
+	}
+}
+
+// appendBlock appends the records of block src (n elements).
+func (e *huff2Encoder) appendBlock(dst []byte, f zip3.Format, src []byte, n int) []byte {
+	if huff2Planes(f) == 1 { // fp8: the elements are the symbols
+		return e.h[0].AppendExact(dst, src[:n], 0)
+	}
+	e.b.grow(1 << huff2BlockLog)
+	huff2Split(f, &e.b, src, n)
+	for i := 0; i < huff2Planes(f); i++ {
+		gain := huff2MinGain
+		if i == 0 {
+			gain = 0
+		}
+		dst = e.h[i].AppendExact(dst, e.b.p[i][:n], gain)
+	}
+	return dst
+}
+
+// huff2Decoder decodes plane records; one huff.Decoder per plane keeps each
+// plane's lookup table across blocks.
+type huff2Decoder struct {
+	h [4]huff.Decoder
+	b planeBufs
+}
+
+// decodeBlock decodes the records of one block of n elements at the start
+// of src into dst and returns the bytes used. A raw record's plane is read
+// in place.
+func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int) (int, error) {
+	if huff2Planes(f) == 1 {
+		return d.h[0].DecodeBlock(dst[:n], src)
+	}
+	d.b.grow(1 << huff2BlockLog)
+	var pl [4][]byte
+	off := 0
+	for i := 0; i < huff2Planes(f); i++ {
+		if off < len(src) && src[off] == huff.ModeRaw && len(src)-off > n {
+			pl[i] = src[off+1 : off+1+n]
+			off += 1 + n
+			continue
+		}
+		pl[i] = d.b.p[i][:n]
+		m, err := d.h[i].DecodeBlock(pl[i], src[off:])
+		if err != nil {
+			return 0, err
+		}
+		off += m
+	}
+	huff2Merge(f, dst, &pl, &d.b)
+	return off, nil
+}
