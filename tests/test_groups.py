@@ -123,3 +123,58 @@ def test_split_group(pools, ws):
     if "No device associated with the default pg" in inspect.getsource(dist.split_group):
         pytest.skip(f"torch {torch.__version__} splits only a default group bound to a device (device_id=)")
     no_failures(pools.get(ws).run(task_split_group))
+
+
+def _sockets() -> int:
+    import os
+
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+def task_group_creation_cost(ctx):
+    """Megatron's groups (tp 2, pp 2) and 40 plain ones, each new_group
+    timed, with an all_reduce in every tensor-parallel group so the store
+    still serves the connections made after them."""
+    import time
+
+    from zipccl.bench.groups import megatron_groups
+
+    f: list[str] = []
+    ws, me = ctx.world_size, ctx.rank
+    kinds = megatron_groups(ws, 2, 2)
+    lists = [g for _, gs in kinds for g in gs] + [list(range(i % 2, ws, 2)) for i in range(40)]
+    before = _sockets()
+    slowest, made = 0.0, []
+    for ranks in lists:
+        t0 = time.perf_counter()
+        made.append(dist.new_group(ranks))
+        slowest = max(slowest, time.perf_counter() - t0)
+    grown = _sockets() - before
+    if slowest > 1.0:
+        f.append(f"rank {me}: the slowest of {len(lists)} new_group calls took {slowest:.2f} s")
+    # zipccl connects a group's pairs at its first op; creating one opens
+    # nothing, and the store connection is one per process, not per group
+    if grown > 2:
+        f.append(f"rank {me}: creating {len(lists)} groups opened {grown} sockets")
+    tp = [g for (ranks, g) in zip(lists, made) if ranks in dict(kinds)["tensor"] and me in ranks]
+    for g in tp:
+        t = torch.full((4,), float(me + 1))
+        guard(f, "all_reduce in a tensor-parallel group", lambda: dist.all_reduce(t, group=g))
+        want = float(sum(r + 1 for r in dist.get_process_group_ranks(g)))
+        if not torch.equal(t, torch.full((4,), want)):
+            f.append(f"rank {me}: all_reduce in a new group gave {t.tolist()}, want {want}")
+    return f
+
+
+def test_group_creation_is_cheap(pools):
+    """Issue 25's stall: each group's backend cloned the store (a new TCP
+    connection and a ping), and once the server held hundreds of them one
+    creation in a few waited 5 s for its answer. A long-lived pool, as a
+    training process that made many groups before."""
+    no_failures(pools.get(4).run(task_group_creation_cost))

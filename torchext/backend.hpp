@@ -11,6 +11,7 @@
 
 #include "cuda_path.hpp"
 #include "runtime.hpp"
+#include "store.hpp"
 #include "work.hpp"
 #include "zipccl_torch.hpp"
 

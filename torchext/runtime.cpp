@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "cuda_path.hpp"
+#include "store.hpp"
 #include "work.hpp"
 
 namespace zipccl {
@@ -209,93 +209,6 @@ void watchdogLoop() {
       std::thread(&pollerLoop).detach();
     }
   }
-}
-
-// Store callbacks: called by Go, so no exception may leave them.
-int32_t storeSet(
-    uintptr_t store,
-    const char* key,
-    const void* val,
-    int64_t len,
-    char* err,
-    int32_t errlen) noexcept {
-  try {
-    auto* handle = reinterpret_cast<StoreHandle*>(store);
-    const auto* bytes = static_cast<const uint8_t*>(val);
-    std::vector<uint8_t> value(bytes, bytes + std::max<int64_t>(len, 0));
-    handle->store->set(key, value);
-    return 0;
-  } catch (const c10::Error& e) {
-    writeMessage(
-        err,
-        errlen,
-        std::string("store set '") + key + "': " + e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    writeMessage(err, errlen, std::string("store set '") + key + "': " + e.what());
-  } catch (...) {
-    writeMessage(err, errlen, std::string("store set '") + key + "': unknown error");
-  }
-  return 1;
-}
-
-// c10d stores report a timed-out wait as DistStoreError or TimeoutError,
-// with "timeout" in the text.
-bool isTimeout(std::string what, const std::exception* e) {
-  if (dynamic_cast<const c10d::TimeoutError*>(e) != nullptr) {
-    return true;
-  }
-  std::transform(what.begin(), what.end(), what.begin(), [](unsigned char c) {
-    return static_cast<char>(std::tolower(c));
-  });
-  return what.find("timeout") != std::string::npos ||
-      what.find("timed out") != std::string::npos;
-}
-
-// Returns 0 (found, copied), 2 (value longer than cap: *len is the size
-// needed), ZC_ERR_TIMEOUT (the key did not appear in time) or 1 (any other
-// failure), with a message in err for the nonzero codes.
-int32_t storeGet(
-    uintptr_t store,
-    const char* key,
-    int64_t timeout_ms,
-    void* buf,
-    int64_t cap,
-    int64_t* len,
-    char* err,
-    int32_t errlen) noexcept {
-  try {
-    auto* handle = reinterpret_cast<StoreHandle*>(store);
-    auto timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms)
-                                  : handle->store->getTimeout();
-    handle->store->wait({key}, timeout);
-    std::vector<uint8_t> value = handle->store->get(key);
-    *len = static_cast<int64_t>(value.size());
-    if (*len > cap) {
-      writeMessage(
-          err,
-          errlen,
-          std::string("store get '") + key + "': value is " +
-              std::to_string(value.size()) + " bytes, buffer holds " +
-              std::to_string(cap));
-      return 2;
-    }
-    if (!value.empty()) {
-      std::memcpy(buf, value.data(), value.size());
-    }
-    return 0;
-  } catch (const c10::Error& e) {
-    writeMessage(
-        err,
-        errlen,
-        std::string("store get '") + key + "': " + e.what_without_backtrace());
-    return isTimeout(e.what_without_backtrace(), &e) ? ZC_ERR_TIMEOUT : 1;
-  } catch (const std::exception& e) {
-    writeMessage(err, errlen, std::string("store get '") + key + "': " + e.what());
-    return isTimeout(e.what(), &e) ? ZC_ERR_TIMEOUT : 1;
-  } catch (...) {
-    writeMessage(err, errlen, std::string("store get '") + key + "': unknown error");
-  }
-  return 1;
 }
 
 // The global undefined symbols of the ELF shared object at path that
@@ -530,19 +443,6 @@ void track(uint64_t ticket, const c10::intrusive_ptr<ZipcclWork>& work) {
 
 void untrack(uint64_t ticket) {
   take(ticket);
-}
-
-StoreHandle* newStoreHandle(const c10::intrusive_ptr<c10d::Store>& store) {
-  TORCH_CHECK(store, "zipccl: the process group was created without a store");
-  // A private connection where the store offers one: Go blocks in wait() on
-  // it, which must not hold up the caller's (or a parent group's) traffic.
-  c10::intrusive_ptr<c10d::Store> own;
-  try {
-    own = store->clone();
-  } catch (const std::exception&) {
-    own = nullptr;
-  }
-  return new StoreHandle{own ? own : store};
 }
 
 GilRelease::GilRelease() {

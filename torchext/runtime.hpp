@@ -1,6 +1,5 @@
 // The process-wide side of the shim: the Go library loaded with dlopen, the
-// fork guard, the ticket registry and the completion threads (pollers), and the
-// c10d::Store bridge handed to Go.
+// fork guard, the ticket registry and the completion threads (pollers).
 #pragma once
 
 #include <functional>
@@ -67,13 +66,6 @@ bool exiting();
 uint64_t nextTicket();
 void track(uint64_t ticket, const c10::intrusive_ptr<ZipcclWork>& work);
 void untrack(uint64_t ticket);
-
-// The object behind zc_comm_config.store: owned by the backend, freed only
-// after zc_comm_destroy returned.
-struct StoreHandle {
-  c10::intrusive_ptr<c10d::Store> store;
-};
-StoreHandle* newStoreHandle(const c10::intrusive_ptr<c10d::Store>& store);
 
 // Releases the GIL for its lifetime when the calling thread holds it, so that
 // blocking Go calls never stall Python callbacks that a completion thread

@@ -3,6 +3,8 @@
 * ``collectives``: nccl-tests style, zipccl against gloo in the same run on
   shaped links (collectives.py, worker.py on the ranks).
 * ``link``: measures what the harness's shaped links really deliver.
+* ``groups``: what creating Megatron's process groups costs, zipccl
+  against gloo (groups.py).
 
 ``register`` adds them to the CLI's registry; the modules that need torch on
 the ranks are imported only when a benchmark runs.
@@ -64,6 +66,18 @@ def _run_link(args: argparse.Namespace) -> int:
     return 0 if all(c.ok() in (True, None) for c in checks) else 1
 
 
+def _configure_groups(p: argparse.ArgumentParser) -> None:
+    from .groups import configure
+
+    configure(p)
+
+
+def _run_groups(args: argparse.Namespace) -> int:
+    from .groups import run
+
+    return run(args)
+
+
 def register(commands: MutableMapping[str, Any], command_type: Callable[..., Any]) -> None:
     """Adds this package's benchmarks to the CLI's BENCH_COMMANDS;
     command_type is its BenchCommand (passed in: under ``python -m zipccl``
@@ -74,3 +88,6 @@ def register(commands: MutableMapping[str, Any], command_type: Callable[..., Any
     commands.setdefault("link", command_type(
         "measure the shaped links of the multi-host harness (TCP, like iperf)",
         _configure_link, _run_link))
+    commands.setdefault("groups", command_type(
+        "time to create Megatron's process groups and plain subgroups, zipccl vs gloo",
+        _configure_groups, _run_groups))
