@@ -1,6 +1,9 @@
 package huff
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // Exact-table mode (the huff2 frame kind, docs/FORMAT.md section 4a): the
 // table comes from the whole block's histogram, so every symbol present has
@@ -60,8 +63,10 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 	return dst
 }
 
-// sampleMayPay estimates the coded size from every residueSample-th symbol
-// and reports whether it could be within limit bytes.
+// sampleMayPay reports whether the order-0 entropy of every
+// residueSample-th symbol, a lower bound of any Huffman code's size (up to
+// the sample's error, about 0.05 bit for 4096 samples of 256 values, far
+// below the 5 % it screens for), scaled to len(syms) is within limit bytes.
 func (e *Encoder) sampleMayPay(syms []byte, limit int) bool {
 	e.hist = [256]uint32{}
 	total := 0
@@ -69,13 +74,14 @@ func (e *Encoder) sampleMayPay(syms []byte, limit int) bool {
 		e.hist[syms[i]]++
 		total++
 	}
-	lens := e.nlens[:256]
-	buildLengths(e.hist[:], lens, MaxCodeLen, &e.bs)
-	var bits uint64
-	for s, c := range e.hist {
-		bits += uint64(c) * uint64(lens[s])
+	// total*log2(total) - sum c*log2(c)
+	bits := float64(total) * math.Log2(float64(total))
+	for _, c := range e.hist {
+		if c > 1 {
+			bits -= float64(c) * math.Log2(float64(c))
+		}
 	}
-	return bits*uint64(len(syms))/uint64(total)/8 <= uint64(limit)
+	return bits*float64(len(syms))/float64(total)/8 <= float64(limit)
 }
 
 // histogram counts syms into h with four sub-histograms (runs of equal
@@ -155,7 +161,14 @@ func limitedLengths(counts []uint32, lens []uint8, maxLen int, s *buildScratch) 
 		return
 	}
 	clear(lens)
-	packageMerge(w, lens, maxLen)
+	packageMerge(w, lens, maxLen, &s.pm)
+}
+
+// pmScratch holds package-merge's lists: two levels' weights at a time, and
+// every level's leaf flags.
+type pmScratch struct {
+	w    [2][514]uint64
+	leaf [MaxCodeLen][514]bool
 }
 
 // packageMerge: w holds count<<16|index sorted by count. Level 0's list is
@@ -165,21 +178,21 @@ func limitedLengths(counts []uint32, lens []uint8, maxLen int, s *buildScratch) 
 // length is the number of levels where its leaf is chosen. Leaves are
 // chosen as a prefix of the sorted leaves at every level, so only the
 // count of chosen leaves per level is needed.
-func packageMerge(w []uint64, lens []uint8, maxLen int) {
+func packageMerge(w []uint64, lens []uint8, maxLen int, s *pmScratch) {
 	n := len(w)
-	leaf := make([][]bool, maxLen) // leaf[l][j]: item j of level l's list is a leaf
-	prev := make([]uint64, n)
+	var leaf [MaxCodeLen][]bool // leaf[l][j]: item j of level l's list is a leaf
+	prev := s.w[0][:n]
 	for j := range prev {
 		prev[j] = w[j] >> 16
 	}
-	leaf[0] = make([]bool, n)
+	leaf[0] = s.leaf[0][:n]
 	for j := range leaf[0] {
 		leaf[0][j] = true
 	}
 	for l := 1; l < maxLen; l++ {
 		np := len(prev) / 2
-		cur := make([]uint64, 0, n+np)
-		isLeaf := make([]bool, 0, n+np)
+		cur := s.w[l%2][:0] // the list of level l-1 is in the other one
+		isLeaf := s.leaf[l][:0]
 		i, p := 0, 0
 		for i < n || p < np {
 			if p >= np || (i < n && w[i]>>16 <= prev[2*p]+prev[2*p+1]) {

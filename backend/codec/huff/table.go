@@ -182,6 +182,7 @@ type buildScratch struct {
 	w      []uint64
 	parent [514]int
 	weight [514]uint64
+	pm     pmScratch // exact tables only
 }
 
 // huffLengths sets lens for the leaves in w (count<<16|symbol) and returns the maximum length.
