@@ -32,9 +32,11 @@ def _run_collectives(args: argparse.Namespace) -> int:
 
 
 def _configure_link(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--world-size", "-n", type=int, default=3,
-                   help="ranks (default 3: enough for the shared-downlink check)")
-    p.add_argument("--link-rate", default="1gbit", help="per-rank link rate (default 1gbit)")
+    from ..netharness import add_layout_arguments
+
+    # 3 hosts by default: enough for the shared-downlink check
+    add_layout_arguments(p, 3)
+    p.add_argument("--link-rate", default="1gbit", help="per-host link rate (default 1gbit)")
     p.add_argument("--delay", default=None, help="one-way delay, e.g. 1ms")
     p.add_argument("--tcp-cc", default=None, help=TCP_CC_HELP)
     p.add_argument("--seconds", type=float, default=3.0, help="length of each measurement (default 3)")
@@ -43,15 +45,18 @@ def _configure_link(p: argparse.ArgumentParser) -> None:
 def _run_link(args: argparse.Namespace) -> int:
     import sys
 
-    from ..netharness import LinkSpec, Network, NetworkError, check_links, round_trip
+    from ..netharness import HostLayout, LinkSpec, Network, NetworkError, check_links, round_trip
 
     try:
         link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
+        layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, 3)
+        if layout.hosts < 2:
+            raise ValueError("a link check needs at least 2 hosts")
     except ValueError as exc:
         print(f"zipccl bench link: {exc}", file=sys.stderr)
         return 2
     try:
-        with Network(args.world_size, link) as net:
+        with Network(layout.world_size, link, ranks_per_host=layout.ranks_per_host) as net:
             print(f"network: {net.describe()}")
             checks = check_links(net, seconds=args.seconds)
             rtt = round_trip(net)
