@@ -33,11 +33,12 @@ storage, where bytes saved outlast the time spent, so its auto takes the
 best ratio among the coding kinds, every one of which encodes faster than
 ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). It decides by encoding
 a sample with each kind and keeping the smallest (8 runs spread over the
-tensor, each 1/64 of it, between 4096 and 65536 elements; the whole tensor
-up to 65536 elements), which costs a few percent of a large tensor's
-encode and up to about half of a mid-size one's. Inside collectives the
-adaptive switcher keeps the Go codec's own auto (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3%
-of huff's ratio), because there the coding time is on the critical path and
+tensor, each 1/128 of it, between 4096 and 65536 elements; the whole
+tensor up to 65536 elements), which costs a few percent of a large
+tensor's encode and up to about a fifth of a mid-size one's. Inside
+collectives the adaptive switcher keeps the Go codec's own auto
+(``ChooseKind``: a 4096-element estimate that prefers zip3 within 3% of
+huff's ratio), because there the coding time is on the critical path and
 the link speed decides what pays (docs/ARCHITECTURE.md).
 
 The first call loads the engine (libzipccl.so) like ``zipccl.info()`` does;
@@ -183,9 +184,9 @@ def compress(tensor: torch.Tensor, codec: str = "auto") -> bytes:
 
 
 # auto's sample: _AUTO_RUNS runs spread evenly over the tensor, each of
-# 1/64 of it, at least _AUTO_MIN_RUN and at most _AUTO_RUN elements (one
-# huff block, so blocks' fixed costs weigh as in the whole tensor): an
-# eighth of a mid-size tensor, 2^19 elements of a large one.
+# 1/128 of it, at least _AUTO_MIN_RUN and at most _AUTO_RUN elements (one
+# huff block, so blocks' fixed costs weigh as in the whole tensor): a
+# sixteenth of a mid-size tensor, 2^19 elements of a large one.
 _AUTO_RUN = 1 << 16
 _AUTO_MIN_RUN = 1 << 12
 _AUTO_RUNS = 8
@@ -217,7 +218,7 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
         # intra-op thread pool, which took 100+ ms on a busy 2-core machine.
         flat = flat.contiguous()
         n, size = flat.numel(), flat.element_size()
-        run = min(_AUTO_RUN, max(_AUTO_MIN_RUN, n // (8 * _AUTO_RUNS)))
+        run = min(_AUTO_RUN, max(_AUTO_MIN_RUN, n // (16 * _AUTO_RUNS)))
         stride = n // _AUTO_RUNS
         sample = torch.empty(_AUTO_RUNS * run, dtype=flat.dtype)
         dst, src = sample.data_ptr(), flat.data_ptr()

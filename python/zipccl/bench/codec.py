@@ -11,7 +11,10 @@ the tensor-parallel collectives (TACO, blocks of 256; not a lossless
 codec: its row notes the relative L2 error). Python only prepares the
 data and prints the table.
 
-After the Go rows, each data set named by ``--api-data`` (default: real
+The Go rows' ``auto`` is the Go codec's own (``ChooseKind``, the switcher's
+choice inside collectives); ``zipccl.codec``'s auto (best ratio, decided on
+a sample) is measured in the Python API rows. After the Go rows, each data
+set named by ``--api-data`` (default: real
 and demo) is measured again through the Python API, bytes in and tensor
 out, side by side with ZipNN when it is installed (``--install-zipnn``
 installs it): zipccl.bench.codec_api.
@@ -446,7 +449,8 @@ def _by(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
 HEADER = (f"{'data':<20} {'dtype':<9} {'MiB':>5}  {'codec':<13} {'used':<5} {'ratio':>7}  "
           f"{'enc wall':>8} {'enc cpu':>7}  {'dec wall':>8} {'dec cpu':>7}  {'enc/cpy':>7} {'dec/cpy':>7}")
 HEADER_NOTE = ("GB/s of raw (input) bytes on one thread: wall clock and per CPU-second of the thread; "
-               "enc/cpy, dec/cpy: CPU-time GB/s over memcpy's in the same run")
+               "enc/cpy, dec/cpy: CPU-time GB/s over memcpy's in the same run; auto here is the Go codec's "
+               "(the switcher's, ChooseKind), the Python API's auto is in the API table below")
 
 
 def format_dataset(ds: DataSet, codecs: list[str]) -> list[str]:
