@@ -1,6 +1,8 @@
 package codec
 
 import (
+	"slices"
+
 	"github.com/zipccl/zipccl/backend/codec/huff"
 	"github.com/zipccl/zipccl/backend/codec/zip3"
 )
@@ -45,19 +47,6 @@ func (b *planeBufs) grow(n int) {
 	b.r16 = growBuf(b.r16, 2*n)
 }
 
-// huff2Split writes the planes of block src (n elements) into b.p[i][:n].
-func huff2Split(f zip3.Format, b *planeBufs, src []byte, n int) {
-	switch f {
-	case zip3.BF16, zip3.FP16:
-		splitBF16(b.p[1][:n], b.p[0][:n], src)
-	case zip3.FP32:
-		splitFP32(b.p[1][:n], b.r16[:2*n], b.p[0][:n], src, &b.hi)
-		splitFP16(b.p[3][:n], b.p[2][:n], b.r16[:2*n])
-	default:
-		copy(b.p[0][:n], src)
-	}
-}
-
 // huff2Merge rebuilds block dst from its planes.
 func huff2Merge(f zip3.Format, dst []byte, pl *[4][]byte, b *planeBufs) {
 	n := len(pl[0])
@@ -92,15 +81,34 @@ func (e *huff2Encoder) appendBlock(dst []byte, f zip3.Format, src []byte, n int)
 		return e.h[0].AppendExact(dst, src[:n], 0)
 	}
 	e.b.grow(1 << huff2BlockLog)
-	huff2Split(f, &e.b, src, n)
-	for i := 0; i < huff2Planes(f); i++ {
-		gain := huff2MinGain
-		if i == 0 {
-			gain = 0
-		}
-		dst = e.h[i].AppendExact(dst, e.b.p[i][:n], gain)
+	if f == zip3.FP32 {
+		return e.appendFP32(dst, src, n)
 	}
-	return dst
+	// bf16 and fp16: bits 14..7, then the sign and bits 6..0
+	splitBF16(e.b.p[1][:n], e.b.p[0][:n], src)
+	dst = e.h[0].AppendExact(dst, e.b.p[0][:n], 0)
+	return e.h[1].AppendExact(dst, e.b.p[1][:n], huff2MinGain)
+}
+
+// appendFP32 is appendBlock for float32. The two low byte planes are
+// screened in their interleaved form first; when both stay raw (the common
+// case) they are de-interleaved straight into their records, which saves a
+// pass over half of the block. Same bytes as cutting all four planes.
+func (e *huff2Encoder) appendFP32(dst, src []byte, n int) []byte {
+	r16 := e.b.r16[:2*n]
+	splitFP32(e.b.p[1][:n], r16, e.b.p[0][:n], src, &e.b.hi)
+	dst = e.h[0].AppendExact(dst, e.b.p[0][:n], 0)
+	dst = e.h[1].AppendExact(dst, e.b.p[1][:n], huff2MinGain)
+	if !e.h[2].Screen(r16[1:], 2, n, huff2MinGain) && !e.h[3].Screen(r16, 2, n, huff2MinGain) {
+		at := len(dst)
+		dst = slices.Grow(dst, 2+2*n)[:at+2+2*n]
+		dst[at], dst[at+1+n] = huff.ModeRaw, huff.ModeRaw
+		splitFP16(dst[at+2+n:], dst[at+1:at+1+n], r16)
+		return dst
+	}
+	splitFP16(e.b.p[3][:n], e.b.p[2][:n], r16)
+	dst = e.h[2].AppendExact(dst, e.b.p[2][:n], huff2MinGain)
+	return e.h[3].AppendExact(dst, e.b.p[3][:n], huff2MinGain)
 }
 
 // huff2Decoder decodes plane records; one huff.Decoder per plane keeps each

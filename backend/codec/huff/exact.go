@@ -25,7 +25,7 @@ const residueSample = 16
 func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 	n := len(syms)
 	limit := n - n*minGain/256
-	if minGain > 0 && n >= 1024 && !e.sampleMayPay(syms, limit) {
+	if !e.Screen(syms, 1, n, minGain) {
 		return appendRaw(dst, syms)
 	}
 	histogram(&e.hist, syms)
@@ -63,25 +63,47 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 	return dst
 }
 
-// sampleMayPay reports whether the order-0 entropy of every
+// Screen is AppendExact's first check on a plane of n symbols
+// syms[0], syms[step], ..., syms[(n-1)*step] (step > 1: a plane not yet cut
+// out of its elements): false means AppendExact would store it raw. With
+// minGain > 0 and n >= 1024 it is false when the order-0 entropy of every
 // residueSample-th symbol, a lower bound of any Huffman code's size (up to
 // the sample's error, about 0.05 bit for 4096 samples of 256 values, far
-// below the 5 % it screens for), scaled to len(syms) is within limit bytes.
-func (e *Encoder) sampleMayPay(syms []byte, limit int) bool {
+// below the 5 % it screens for), misses the gain.
+func (e *Encoder) Screen(syms []byte, step, n, minGain int) bool {
+	if minGain <= 0 || n < 1024 {
+		return true
+	}
+	limit := n - n*minGain/256
 	e.hist = [256]uint32{}
 	total := 0
-	for i := 0; i < len(syms); i += residueSample {
-		e.hist[syms[i]]++
+	for i := 0; i < n; i += residueSample {
+		e.hist[syms[i*step]]++
 		total++
 	}
 	// total*log2(total) - sum c*log2(c)
-	bits := float64(total) * math.Log2(float64(total))
+	bits := xlog2x(uint32(total))
 	for _, c := range e.hist {
 		if c > 1 {
-			bits -= float64(c) * math.Log2(float64(c))
+			bits -= xlog2x(c)
 		}
 	}
-	return bits*float64(len(syms))/float64(total)/8 <= float64(limit)
+	return bits*float64(n)/float64(total)/8 <= float64(limit)
+}
+
+// xlog2xTab[c] = c*log2(c) for the counts of a 65536-symbol block's sample.
+var xlog2xTab = func() (t [1<<16/residueSample + 1]float64) {
+	for c := 2; c < len(t); c++ {
+		t[c] = float64(c) * math.Log2(float64(c))
+	}
+	return
+}()
+
+func xlog2x(c uint32) float64 {
+	if int(c) < len(xlog2xTab) {
+		return xlog2xTab[c]
+	}
+	return float64(c) * math.Log2(float64(c))
 }
 
 // histogram counts syms into h with four sub-histograms (runs of equal
