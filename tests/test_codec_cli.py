@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import zlib
 from collections import OrderedDict
 
 import pytest
@@ -161,7 +162,7 @@ def test_truncated_input_is_refused(tmp_path, compressed):
 def test_corrupt_input_is_refused(tmp_path, compressed):
     data = bytearray(compressed.read_bytes())
     (off,) = struct.unpack("<Q", data[-24:-16])
-    index = json.loads(data[off:-24])
+    index = json.loads(zlib.decompress(data[off:-24]))
     big = max(index["tensors"], key=lambda e: e.get("length", 0))
     for pos, match in ((0, "not a zipccl"), (off + 5, "corrupt index"), (len(data) - 2, "end marker"),
                        (big["offset"] + big["length"] // 2, big["name"]), (big["offset"] + 3, big["name"])):
