@@ -284,8 +284,9 @@ def _torch_items(path: str) -> tuple[dict[str, Any], list[_Item]]:
                 raise
             obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy format
     except Exception as exc:  # noqa: BLE001 - any load failure is the input's
-        raise ValueError(f"{path}: not a readable safetensors or torch.save file "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ValueError(f"{path}: not a readable safetensors or torch.save file (not safetensors; "
+                         f"torch.load(weights_only=True): {type(exc).__name__}: {first[:300]})") from None
     items: list[_Item] = []
     seen: dict[tuple[Any, ...], int] = {}
     names: set[str] = set()
