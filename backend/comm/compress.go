@@ -165,9 +165,11 @@ func (c *Comm) decide(op *Op, t *task, size int) switcher.Step {
 		// Hierarchical: coding only changes the rails' part (inside a host
 		// nothing is coded), so the model costs one rail's op: H ranks, the
 		// R-th part of the payload; a broadcast's chain crosses the H hosts
-		// with the whole of it.
+		// with the whole of it, and an all_to_all's rail rank sends about
+		// its own payload's off-host part ((H-1)/H of it, R blocks of a
+		// R-th each per host), as an H-rank all_to_all of the whole payload.
 		in.Ranks = len(t.hosts)
-		if op.Kind != opkind.Broadcast {
+		if op.Kind != opkind.Broadcast && op.Kind != opkind.AllToAll {
 			in.Bytes = size / len(t.hosts[0])
 		}
 	}

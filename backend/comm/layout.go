@@ -82,9 +82,9 @@ func describeHosts(h [][]int) string {
 }
 
 // flatOption reads the group option hierarchy (else ZIPCCL_HIERARCHY):
-// "auto" (the default) runs all_reduce, reduce_scatter and all_gather
-// hierarchically where the group spans hosts of several ranks; "flat"
-// never. Every rank must agree (the op descriptor carries the choice).
+// "auto" (the default) runs all_reduce, reduce_scatter, all_gather,
+// all_to_all and broadcast hierarchically where the group spans hosts of
+// several ranks; "flat" never. Every rank must agree (the op descriptor carries the choice).
 func flatOption(opts map[string]string) (bool, error) {
 	v, ok := opts["hierarchy"]
 	if !ok {
@@ -100,16 +100,23 @@ func flatOption(opts map[string]string) (bool, error) {
 }
 
 // hierarchy is the layout op runs hierarchically on, or nil for the flat
-// algorithms: all_reduce, reduce_scatter, all_gather and broadcast (above
-// the size the root sends directly to every rank) of host memory, on a
-// group of equal hosts of several ranks (zcoll.Hosts.Hierarchical, judged
-// once, when the layout is learned from the Store by the first call).
+// algorithms: all_reduce, reduce_scatter, all_gather, all_to_all and
+// broadcast (above the size the root sends directly to every rank) of host
+// memory, on a group of equal hosts of several ranks
+// (zcoll.Hosts.Hierarchical, judged once, when the layout is learned from
+// the Store by the first call).
+//
+// all_to_all runs hierarchically at every size: its host links carry the
+// same bytes as flat's, in R times fewer data messages (zcoll.HierAllToAll),
+// at the cost of a copy inside the host. A size threshold cannot be agreed
+// here: a rank knows only its own splits, and the choice (which the op
+// descriptor carries) must be the same on every rank before the data moves.
 func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	if c.flat || op.Dev != nil {
 		return nil, nil
 	}
 	switch op.Kind {
-	case opkind.AllReduce, opkind.ReduceScatter, opkind.AllGather:
+	case opkind.AllReduce, opkind.ReduceScatter, opkind.AllGather, opkind.AllToAll:
 	case opkind.Broadcast:
 		if len(op.Out[0])*(c.cfg.Size-1) <= collective.BroadcastDirectMax {
 			return nil, nil

@@ -163,6 +163,32 @@ func TestHierarchicalOps(t *testing.T) {
 			for rank := range 4 {
 				require.True(t, bytes.Equal(f32s(data(1, 30)...), bc[rank]), "broadcast rank %d", rank)
 			}
+
+			// all_to_all: uneven splits, rank 3 sending rank 0 nothing
+			split := func(r, j int) int {
+				if r == 3 && j == 0 {
+					return 0
+				}
+				return 4 * (1000*(r+1) + 17*j)
+			}
+			block := func(r, j int) []byte { return f32s(data(r, 40+j)...)[:split(r, j)] }
+			a2a := make([][][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				in := make([][]byte, 4)
+				a2a[rank] = make([][]byte, 4)
+				for j := range in {
+					in[j] = block(rank, j)
+					a2a[rank][j] = make([]byte, split(j, rank))
+				}
+				return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: a2a[rank]}
+			}) {
+				require.NoError(t, res.err)
+			}
+			for rank := range 4 {
+				for j := range 4 {
+					require.True(t, bytes.Equal(block(j, rank), a2a[rank][j]), "all_to_all rank %d block from %d", rank, j)
+				}
+			}
 		})
 	}
 
@@ -186,6 +212,23 @@ func TestHierarchicalOps(t *testing.T) {
 		for rank, x := range res {
 			require.ErrorContains(t, x.err, "hierarchical", "rank %d", rank)
 		}
+		// all_to_all runs hierarchically too: a flat rank fails it
+		r := newRigConfig(t, 4, func(rank int) Config {
+			opts := map[string]string{}
+			if rank == 3 {
+				opts["hierarchy"] = "flat"
+			}
+			return Config{Name: "hier-a2a-mismatch", Timeout: 5 * time.Second, HostID: ids[rank], Options: opts}
+		})
+		for rank, x := range r.everyRank(func(rank int) *Op {
+			in, out := make([][]byte, 4), make([][]byte, 4)
+			for j := range in {
+				in[j], out[j] = make([]byte, 64), make([]byte, 64)
+			}
+			return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: out}
+		}) {
+			require.ErrorContains(t, x.err, "hierarchical", "all_to_all rank %d", rank)
+		}
 		flat, res := run("flat", ids, func(int) bool { return true })
 		oneHost, res2 := run("one-host", []string{"x", "x", "x", "x"}, func(int) bool { return false })
 		hier := make([][]float32, 4)
@@ -202,19 +245,32 @@ func TestHierarchicalOps(t *testing.T) {
 }
 
 // On 2 hosts of 2 ranks, a rank that dies inside a host, or a whole host,
-// fails every survivor's hierarchical all_reduce promptly, naming a dead
+// fails every survivor's hierarchical all_reduce or all_to_all promptly, naming a dead
 // rank, though a survivor need not talk to it directly (rank 2's rail
 // partner is rank 0, its host partner rank 3).
 func TestHierarchicalDeadRankOrHost(t *testing.T) {
 	ids := []string{"a", "a", "b", "b"}
-	for _, dead := range [][]int{{1}, {2, 3}} {
-		t.Run(fmt.Sprint(dead), func(t *testing.T) {
+	for _, c := range []struct {
+		kind opkind.Kind
+		dead []int
+	}{{opkind.AllReduce, []int{1}}, {opkind.AllReduce, []int{2, 3}}, {opkind.AllToAll, []int{1}}, {opkind.AllToAll, []int{2, 3}}} {
+		kind, dead := c.kind, c.dead
+		t.Run(fmt.Sprint(kind, dead), func(t *testing.T) {
 			r := newRigConfig(t, 4, func(rank int) Config {
 				return Config{Name: "hier-dead", Timeout: 60 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": "always"}}
 			})
 			bufs := make([][]byte, 4)
 			op := func(rank int) *Op {
 				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+			}
+			if kind == opkind.AllToAll {
+				op = func(rank int) *Op {
+					in, out := make([][]byte, 4), make([][]byte, 4)
+					for j := range in {
+						in[j], out[j] = bufs[rank][j<<21:(j+1)<<21], make([]byte, 2<<20)
+					}
+					return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: out}
+				}
 			}
 			for _, x := range r.everyRank(func(rank int) *Op {
 				bufs[rank] = make([]byte, 8<<20)
@@ -248,7 +304,8 @@ func TestHierarchicalDeadRankOrHost(t *testing.T) {
 }
 
 // The switcher costs a hierarchical op's rail part: H ranks, the R-th of
-// the payload (the key its feedback times the call under).
+// the payload (an all_to_all: all of it), the key its feedback times the
+// call under.
 func TestHierarchicalDecisionCostsTheRail(t *testing.T) {
 	r := newRigConfig(t, 4, func(rank int) Config {
 		return Config{Name: "hier-decide", Timeout: 5 * time.Second, HostID: []string{"a", "a", "b", "b"}[rank],
@@ -261,4 +318,10 @@ func TestHierarchicalDecisionCostsTheRail(t *testing.T) {
 	c.decide(op, hier, 64<<20)
 	require.Equal(t, 64<<20, flat.key.Bytes)
 	require.Equal(t, 32<<20, hier.key.Bytes)
+	// an all_to_all's rail rank sends its payload's off-host part, as an
+	// H-rank all_to_all of the whole payload does
+	a2a := &Op{Kind: opkind.AllToAll, DType: dtype.BFloat16, In: [][]byte{make([]byte, 32<<20), make([]byte, 32<<20)}}
+	hierA2A := &task{op: a2a, hosts: zcoll.Hosts{{0, 1}, {2, 3}}}
+	c.decide(a2a, hierA2A, 64<<20)
+	require.Equal(t, 64<<20, hierA2A.key.Bytes)
 }

@@ -29,6 +29,8 @@ func (c *Comm) runZcoll(ctx context.Context, conn *opConn, op *Op, a collective.
 			return zcoll.HierAllGather(ctx, conn, za, t.hosts)
 		case opkind.Broadcast:
 			return zcoll.HierBroadcast(ctx, conn, za, t.hosts)
+		case opkind.AllToAll:
+			return zcoll.HierAllToAll(ctx, conn, za, t.hosts)
 		}
 	}
 	switch op.Kind {

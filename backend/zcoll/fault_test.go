@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -462,6 +463,115 @@ func TestBroadcastSplitOrder(t *testing.T) {
 					t.Fatalf("%v n%d rank %d: %v", kind, n, r, errs[r])
 				}
 				sameBytes(t, fmt.Sprintf("%v n%d rank %d", kind, n, r), outs[r], src)
+			}
+		}
+	}
+}
+
+// The hierarchical all-to-all under a failing connection, as TestFailure:
+// a rank inside a host, or every rank of a host, failing on one call fails
+// every other rank promptly (runWorld catches a hang); a rank that finished
+// first has the right blocks; nothing leaks.
+func TestHierAllToAllFailure(t *testing.T) {
+	h := Hosts{{0, 1, 2}, {3, 4, 5}}
+	n := 6
+	ats := []int{0, 1, 7, 40}
+	if testing.Short() {
+		ats = []int{0, 7}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	xs := make([][][]byte, n)
+	for r := range xs {
+		xs[r] = make([][]byte, n)
+		for j := range xs[r] {
+			xs[r][j] = genData(rng, dtype.BFloat16, hierSplit(400, r, j), gaussian)
+		}
+	}
+	hier := func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllToAll(ctx, c, a, h) }
+	for _, p := range faultPlans {
+		for _, victims := range [][]int{{4}, {0}, {3, 4, 5}} { // a rank, a host's first rank, a host
+			for _, send := range []bool{true, false} {
+				for _, at := range ats {
+					name := fmt.Sprintf("%s/victims%v/send=%v/at%d", p.name, victims, send, at)
+					var calls atomic.Int64
+					w := conntest.NewWorld(n)
+					w.Fail = func(src, dst int, slot uint32, s bool) error {
+						if slices.Contains(victims, src) && s == send && calls.Add(1)-1 >= int64(at) {
+							return fmt.Errorf("%w (rank %d)", errInjected, src)
+						}
+						return nil
+					}
+					args := make([]Args, n)
+					for r := range n {
+						ins, outs := make([][]byte, n), make([][]byte, n)
+						for j := range n {
+							ins[j], outs[j] = clone(xs[r][j]), make([]byte, len(xs[j][r]))
+						}
+						args[r] = Args{Args: collective.Args{DType: dtype.BFloat16, In: ins, Out: outs}, Plan: p.p}
+					}
+					errs := runWorld(t, w, hier, args, runOpts{})
+					if calls.Load() <= int64(at) {
+						mustOK(t, w, errs) // the victims made fewer calls
+						continue
+					}
+					failed := false
+					for r, err := range errs {
+						switch {
+						case err == nil:
+							for j := range n {
+								sameBytes(t, fmt.Sprintf("%s rank %d Out[%d]", name, r, j), args[r].Out[j], xs[j][r])
+							}
+						case errors.Is(err, errInjected):
+							failed = true
+							var ce *collective.Error
+							if !slices.Contains(victims, r) || !errors.As(err, &ce) || ce.Op != "alltoall" {
+								t.Fatalf("%s: rank %d: %v", name, r, err)
+							}
+						case !errors.Is(err, conntest.ErrAborted):
+							t.Fatalf("%s: rank %d: unexpected error %v", name, r, err)
+						}
+					}
+					if !failed {
+						t.Fatalf("%s: no victim reported the injected error: %v", name, errs)
+					}
+				}
+			}
+		}
+	}
+}
+
+// One corrupt frame on a rail fails that bundle's destination only, with a
+// pair-local error: every other block arrives, every other rank succeeds
+// (as TestAllToAllIndependent for the flat algorithm).
+func TestHierAllToAllIndependent(t *testing.T) {
+	h := Hosts{{0, 1}, {2, 3}}
+	for _, p := range faultPlans[1:] {
+		n := 4
+		spec := opSpecs(2000, dtype.Float16)[3]
+		w := conntest.NewWorld(n)
+		w.Corrupt = func(src, dst int, slot uint32, m []byte) []byte {
+			if src == 0 && dst == 2 && len(m) > 100 { // rank 0's bundle for rank 2
+				m[len(m)/2] ^= 0x10
+			}
+			return m
+		}
+		args, _ := spec.mk(n, p.p)
+		errs := runWorld(t, w, func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllToAll(ctx, c, a, h) }, args, runOpts{})
+		var ce *CorruptError
+		if !errors.As(errs[2], &ce) || !workgroup.PairLocal(errs[2]) {
+			t.Fatalf("%s: rank 2 returned %v, want a pair-local corrupt error", p.name, errs[2])
+		}
+		for r, err := range errs {
+			if r != 2 && err != nil {
+				t.Fatalf("%s: rank %d: %v", p.name, r, err)
+			}
+		}
+		for r := range n {
+			for j := range n {
+				if r == 2 && (j == 0 || j == 1) { // the bundle from host 0's rail 0
+					continue
+				}
+				sameBytes(t, fmt.Sprintf("%s rank %d Out[%d]", p.name, r, j), args[r].Out[j], args[j].In[r])
 			}
 		}
 	}
