@@ -275,6 +275,53 @@ def test_decompress_out_errors():
         zc.decompress(blob[:-1], out=torch.empty(1000, dtype=torch.float16))
 
 
+@pytest.mark.parametrize("codec", ["auto", "zip3", "huff2", "raw"])
+def test_chunked_container_threads(codec):
+    """threads > 1 cuts a tensor of >= 2 x 4 MiB into chunks of whole
+    blocks, coded and decoded in parallel (FORMAT.md 7a): bit for bit the
+    same tensor, about the same size, and inspect() reads it."""
+    t = gaussian((3, 1_500_000 + 4321), torch.bfloat16, seed=5)  # 9 MB: two chunks at most
+    single = zc.compress(t, codec, threads=1)
+    assert single[:4] == b"ZCCT"
+    for threads in (2, 3, 16):
+        blob = zc.compress(t, codec, threads=threads)
+        assert blob[:4] == b"ZCCM", threads
+        assert abs(len(blob) - len(single)) <= 4096
+        assert_bit_equal(zc.decompress(blob), t)
+        assert_bit_equal(zc.decompress(bytearray(blob)), t)
+        out = torch.empty(t.numel(), dtype=t.dtype)
+        assert zc.decompress(memoryview(blob), out=out) is out
+        assert torch.equal(bits(out.reshape(t.shape)), bits(t))
+        info = zc.inspect(blob)
+        assert info.dtype == t.dtype and info.shape == t.shape and info.compressed_bytes == len(blob)
+        assert info.raw_bytes == t.numel() * 2 and info.codec == zc.inspect(single).codec
+    # small tensors stay single-frame whatever is asked; None = one per CPU
+    assert zc.compress(t[:, :1000], codec, threads=8)[:4] == b"ZCCT"
+    default = zc.compress(t, codec)
+    assert default[:4] == (b"ZCCM" if (os.cpu_count() or 1) > 1 else b"ZCCT")
+
+
+def test_chunked_container_damage_and_arguments():
+    t = gaussian((5_000_000,), torch.float16, seed=6)
+    blob = zc.compress(t, "huff", threads=2)
+    for cut in (3, 10, 60, len(blob) // 2, len(blob) - 1):
+        with pytest.raises(ValueError):
+            zc.decompress(blob[:cut])
+    with pytest.raises(ValueError, match="trailing|truncated"):
+        zc.decompress(blob + b"\0")
+    for pos in (5, 9, 20, 40, len(blob) // 3, len(blob) - 200):
+        bad = bytearray(blob)
+        bad[pos] ^= 0x10
+        with pytest.raises(ValueError):
+            zc.decompress(bytes(bad))
+    with pytest.raises(ValueError):
+        zc.compress(t, "huff", threads=0)
+    with pytest.raises(TypeError):
+        zc.compress(t, "huff", threads="2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="elements"):
+        zc.decompress(blob, out=torch.empty(10, dtype=torch.float16))
+
+
 def test_decompressed_tensor_is_independent_of_input_buffer():
     t = gaussian((10_000,), torch.float32)
     buf = bytearray(zc.compress(t, "raw"))
@@ -521,6 +568,7 @@ def test_bench_codec_api_rows():
     rows = json.loads(p.stdout)["datasets"][0]["api_rows"]
     labels = [r["label"] for r in rows]
     assert labels[:3] == ["zipccl zip3", "zipccl huff", "zipccl auto"], labels
+    assert rows[2]["threads"] == "1"
     if codec_api.zipnn_module() is not None:
         assert "ZipNN" in labels
     for r in rows:

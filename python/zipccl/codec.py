@@ -41,6 +41,12 @@ collectives the adaptive switcher keeps the Go codec's own auto
 huff's ratio), because there the coding time is on the critical path and
 the link speed decides what pays (docs/ARCHITECTURE.md).
 
+Threads: the Go codec codes one frame on one thread. ``compress(...,
+threads=N)`` (default: one per CPU, one per 4 MiB at most) cuts a large
+tensor into chunks of whole blocks and codes them in parallel into a
+chunked container (docs/FORMAT.md 7a), which ``decompress`` decodes in
+parallel; ``threads=1`` writes the single-frame container of section 7.
+
 The first call loads the engine (libzipccl.so) like ``zipccl.info()`` does;
 it starts no process group and opens no socket.
 """
@@ -49,6 +55,12 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import struct
+import sys
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -152,7 +164,7 @@ def _check_tensor(tensor: torch.Tensor, what: str) -> torch.Tensor:
     return tensor.detach()
 
 
-def compress(tensor: torch.Tensor, codec: str = "auto") -> bytes:
+def compress(tensor: torch.Tensor, codec: str = "auto", *, threads: int | None = None) -> bytes:
     """Compresses a CPU tensor losslessly into bytes.
 
     Args:
@@ -161,26 +173,182 @@ def compress(tensor: torch.Tensor, codec: str = "auto") -> bytes:
             non-contiguous tensor is copied to a contiguous one first).
         codec: ``"auto"`` (default: the smallest output of the coding
             kinds, decided on a sample; see the module docstring),
-            ``"zip3"``, ``"huff"`` or ``"raw"``.
+            ``"zip3"``, ``"huff"``, ``"huff2"`` or ``"raw"``.
+        threads: how many threads code it. With more than one, a tensor of
+            at least 2 x 4 MiB is cut into that many chunks of whole 65536-
+            element blocks, coded in parallel into a chunked container
+            (docs/FORMAT.md 7a), which :func:`decompress` also decodes in
+            parallel. None (default): one per CPU, at most one per 4 MiB,
+            at most 16. 1 writes the single-frame container of section 7.
 
     Returns:
-        The tensor container: dtype, shape and one codec frame. Its length
-        is at most the raw size plus a small header (16 bytes of index per
-        65536 elements, 32 + 12 + 8*ndim bytes of headers, padding to 128).
+        The tensor container: dtype, shape and one codec frame (or one per
+        chunk). Its length is at most the raw size plus a small header
+        (16 bytes of index per 65536 elements, 32 + 12 + 8*ndim bytes of
+        headers, padding to 128; per chunk, and 24 + 8*ndim + 8 per chunk
+        for a chunked one).
 
     Raises:
         TypeError: tensor is not a tensor, or codec not a str.
         ValueError: unknown codec; tensor on CUDA/meta, sparse, or of an
-            unsupported dtype (complex, quantized, uint16, ...).
+            unsupported dtype (complex, quantized, uint16, ...); threads < 1.
     """
     kind = _kind_code(codec)
     t = _check_tensor(tensor, "compress")
+    bounds = _chunk_bounds(t.numel(), t.element_size(), threads)
     if kind == _KIND_CODES["auto"]:
         kind, whole = _auto_pick(t)
         if whole is not None:  # the trial encoded the whole tensor already
             return whole
-    data, _used = _C()._codec_encode(t, kind)
-    return data
+    if len(bounds) <= 2:
+        data, _used = _C()._codec_encode(t, kind)
+        return data
+    return _encode_chunked(t, kind, bounds)
+
+
+# ---------------------------------------------------------------- chunked containers
+#
+# A tensor of several chunks: each chunk is an ordinary 1-D container of
+# its run of elements, coded and decoded on its own thread (the codec
+# releases the GIL), so both directions scale with cores. The Go frame has
+# no parallel mode; chunking at this level needs no change to it.
+
+_CHUNK_MAGIC = b"ZCCM"
+_CHUNK_VERSION = 1
+_CHUNK_MIN_BYTES = 4 << 20  # a chunk worth a thread
+_CHUNK_ALIGN = 1 << 16  # chunk bounds on whole blocks of every kind
+_CHUNK_MAX = 16
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _threads_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=min(_CHUNK_MAX, os.cpu_count() or 1),
+                                       thread_name_prefix="zipccl-codec")
+        return _pool
+
+
+def _chunk_bounds(numel: int, size: int, threads: int | None) -> list[int]:
+    """Element offsets [0, ..., numel] of the chunks (two entries: one chunk)."""
+    if threads is None:
+        n = min(os.cpu_count() or 1, _CHUNK_MAX, numel * size // _CHUNK_MIN_BYTES)
+    else:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"zipccl.codec: threads must be an int or None, got {type(threads).__name__}")
+        if threads < 1:
+            raise ValueError(f"zipccl.codec: threads must be >= 1, got {threads}")
+        n = min(threads, _CHUNK_MAX, numel * size // _CHUNK_MIN_BYTES)
+    blocks = numel // _CHUNK_ALIGN
+    n = min(n, blocks)
+    if n <= 1:
+        return [0, numel]
+    per = blocks // n
+    return [i * per * _CHUNK_ALIGN for i in range(n)] + [numel]
+
+
+def _encode_chunked(t: torch.Tensor, kind: int, bounds: list[int]) -> bytes:
+    flat = t.reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    C = _C()
+    parts = list(_threads_pool().map(lambda ab: C._codec_encode(flat[ab[0]:ab[1]], kind)[0],
+                                     zip(bounds[:-1], bounds[1:])))
+    head = bytearray(_CHUNK_MAGIC)
+    head += bytes([_CHUNK_VERSION, _DTYPE_CODES[t.dtype], t.dim(), 0])
+    for d in t.shape:
+        head += struct.pack("<q", d)
+    head += struct.pack("<II", len(parts), 0)
+    for p in parts:
+        head += struct.pack("<Q", len(p))
+    head += struct.pack("<I", zlib.crc32(head))
+    return b"".join([bytes(head), *parts])
+
+
+def _parse_chunked(buf: BytesLike, what: str) -> tuple[torch.dtype, list[int], list[memoryview], int]:
+    """(dtype, shape, the chunk containers, header length) of a chunked
+    container, every header field and length checked."""
+    mv = memoryview(buf).cast("B")
+    n = len(mv)
+
+    def need(k: int) -> None:
+        if n < k:
+            raise ValueError(f"zipccl.codec.{what}: truncated chunked container ({n} bytes, header needs {k})")
+
+    need(8)
+    if mv[4] != _CHUNK_VERSION or mv[7] != 0:
+        raise ValueError(f"zipccl.codec.{what}: unsupported chunked container version {mv[4]}")
+    dtype = _CODE_DTYPES.get(mv[5])
+    ndim = mv[6]
+    if dtype is None or ndim > 64:
+        raise ValueError(f"zipccl.codec.{what}: corrupt chunked container header")
+    need(8 + 8 * ndim + 8)
+    shape = list(struct.unpack_from(f"<{ndim}q", mv, 8))
+    nchunks, zero = struct.unpack_from("<II", mv, 8 + 8 * ndim)
+    hl = 8 + 8 * ndim + 8 + 8 * nchunks + 4
+    if zero != 0 or not 2 <= nchunks <= 1 << 20:
+        raise ValueError(f"zipccl.codec.{what}: corrupt chunked container header")
+    need(hl)
+    (crc,) = struct.unpack_from("<I", mv, hl - 4)
+    if zlib.crc32(mv[:hl - 4]) != crc:
+        raise ValueError(f"zipccl.codec.{what}: chunked container header CRC mismatch (corrupt data)")
+    lens = struct.unpack_from(f"<{nchunks}Q", mv, 8 + 8 * ndim + 8)
+    if any(d < 0 for d in shape) or hl + sum(lens) != n:
+        raise ValueError(f"zipccl.codec.{what}: chunked container of {n} bytes, its header says "
+                         f"{hl + sum(lens)} (truncated or trailing data)")
+    parts, off = [], hl
+    for ln in lens:
+        parts.append(mv[off:off + ln])
+        off += ln
+    return dtype, shape, parts, hl
+
+
+def _decode_chunked(buf: BytesLike, out: torch.Tensor | None) -> torch.Tensor:
+    dtype, shape, parts, _ = _parse_chunked(buf, "decompress")
+    C = _C()
+    numel = 1
+    for d in shape:
+        numel *= d
+    counts = []
+    for p in parts:
+        code, _kind, pshape, _raw, _total = C._codec_header(p)
+        if _CODE_DTYPES.get(code) != dtype or len(pshape) != 1:
+            raise ValueError("zipccl.codec.decompress: a chunk disagrees with the chunked container's dtype")
+        counts.append(pshape[0])
+    if sum(counts) != numel:
+        raise ValueError(f"zipccl.codec.decompress: the chunks hold {sum(counts)} elements, the shape {numel}")
+    if out is None:
+        out = torch.empty(shape, dtype=dtype)
+        _advise_huge_pages(out.data_ptr(), numel * out.element_size())
+    elif out.dtype != dtype or out.numel() != numel:
+        raise ValueError(f"zipccl.codec: out is {out.dtype} with {out.numel()} elements; the data holds "
+                         f"{dtype} with {numel}")
+    result = out
+    flat = out.view(-1)
+    starts = [0]
+    for c in counts:
+        starts.append(starts[-1] + c)
+    list(_threads_pool().map(lambda i: C._codec_decode_into(parts[i], flat[starts[i]:starts[i + 1]]),
+                             range(len(parts))))
+    return result
+
+
+def _advise_huge_pages(ptr: int, nbytes: int) -> None:
+    """As torchext/codec.cpp does for single containers: transparent huge
+    pages for a fresh output of 4 MiB or more (its first-touch page faults
+    otherwise cost about as much as decoding it)."""
+    if nbytes < (4 << 20) or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        lo = (ptr + (2 << 20) - 1) & ~((2 << 20) - 1)
+        hi = (ptr + nbytes) & ~((2 << 20) - 1)
+        if hi > lo:
+            libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 14)  # MADV_HUGEPAGE
+    except (OSError, AttributeError):
+        pass
 
 
 # auto's sample: _AUTO_RUNS runs spread evenly over the tensor, each of
@@ -281,13 +449,19 @@ def decompress(data: BytesLike, *, out: torch.Tensor | None = None) -> torch.Ten
         TypeError: data is not a bytes-like object, or out not a tensor.
     """
     buf = _as_buffer(data, "decompress")
+    chunked = bytes(buf[:4]) == _CHUNK_MAGIC
     if out is None:
-        return _C()._codec_decode(buf)
+        return _decode_chunked(buf, None) if chunked else _C()._codec_decode(buf)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"zipccl.codec.decompress: out must be a torch.Tensor, got {type(out).__name__}")
     if out.requires_grad:
         raise ValueError("zipccl.codec.decompress: out requires grad (decode into a detached tensor)")
-    _C()._codec_decode_into(buf, out)
+    if chunked:
+        if out.device.type != "cpu" or out.layout != torch.strided or not out.is_contiguous():
+            raise ValueError("zipccl.codec: out must be a contiguous CPU tensor")
+        _decode_chunked(buf, out)
+    else:
+        _C()._codec_decode_into(buf, out)
     # an in-place write: autograd's saved-tensor checks must see it
     torch.autograd.graph.increment_version(out)
     return out
@@ -328,6 +502,17 @@ def inspect(data: BytesLike) -> ContainerInfo:
             or a wrong length.
     """
     buf = _as_buffer(data, "inspect")
+    if bytes(buf[:4]) == _CHUNK_MAGIC:
+        dtype, shape, parts, _ = _parse_chunked(buf, "inspect")
+        heads = [_C()._codec_header(p) for p in parts]
+        kinds = {h[1] for h in heads}
+        return ContainerInfo(
+            dtype=dtype,
+            shape=torch.Size(shape),
+            codec=_KIND_NAMES.get(kinds.pop(), "?") if len(kinds) == 1 else "mixed",
+            raw_bytes=int(sum(h[3] for h in heads)),
+            compressed_bytes=len(memoryview(buf).cast("B")),
+        )
     code, kind, shape, raw, total = _C()._codec_header(buf)
     dtype = _CODE_DTYPES.get(code)
     if dtype is None:
