@@ -161,6 +161,9 @@ for name, g in groups.items():
     dist.barrier(group=g)
     out[name] = tx() - before
     out[name + "_retrans"] = retrans() - r0
+    # until the host's other rank has read the NIC too, no rank may start
+    # the next group's ops (their first bytes would cross in its window)
+    dist.barrier(group=g)
 print("RESULT", json.dumps(out), flush=True)
 dist.barrier()
 dist.destroy_process_group()
@@ -190,6 +193,72 @@ def test_hierarchical_all_gather_sends_the_minimum_across_hosts():
         assert got["flat"] > 1.15 * got["hier"], got
 
 
+A2A_BYTES = r"""
+import datetime, json, os, torch, torch.distributed as dist, zipccl
+dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
+rank = dist.get_rank()
+#NIC
+groups = {
+    "hier": dist.new_group(pg_options=zipccl.Options(compression="never")),
+    "gloo": dist.new_group(backend="gloo"),
+}
+U = 1 << 18  # elements (1 MiB of float32) per unit
+def split(r, j):  # uneven; rank 3 sends rank 0 nothing, rank 1 sends itself nothing
+    return 0 if (r, j) in ((3, 0), (1, 1)) else U * (1 + (r + 2 * j) % 4)
+def block(r, j):  # random bits (NaNs, Infs, denormals among them), the same on every rank
+    g = torch.Generator().manual_seed(100 * r + j)
+    return torch.randint(-2**31, 2**31, (split(r, j),), dtype=torch.int64, generator=g).to(torch.int32).view(torch.float32)
+inp = torch.cat([block(rank, j) for j in range(4)])
+want = torch.cat([block(j, rank) for j in range(4)])
+ins, outs = [split(rank, j) for j in range(4)], [split(j, rank) for j in range(4)]
+out = {}
+for name, g in groups.items():
+    got = torch.empty(sum(outs))
+    dist.all_to_all_single(got, inp, outs, ins, group=g)  # connects the pairs
+    dist.barrier(group=g)
+    before, r0 = tx(), retrans()
+    dist.barrier(group=g)  # read before any rank of the host sends
+    got = torch.full((sum(outs),), 7.0)
+    dist.all_to_all_single(got, inp, outs, ins, group=g)
+    dist.barrier(group=g)
+    out[name] = tx() - before
+    out[name + "_retrans"] = retrans() - r0
+    dist.barrier(group=g)  # every rank has read its NIC before the next group's ops
+    out[name + "_exact"] = torch.equal(got.view(torch.int32), want.view(torch.int32))
+out["off_host"] = 4 * sum(split(r, j) for r in range(4) for j in range(4) if r // 2 == rank // 2 and j // 2 != rank // 2)
+out["ops"] = world_ops()
+print("RESULT", json.dumps(out), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_hierarchical_all_to_all_sends_the_off_host_blocks_once():
+    """2 hosts of 2 ranks, uneven splits with empty blocks, random bits: the
+    hierarchical all_to_all (bundled on the rails) gives gloo's result bit
+    for bit, and each host's NIC carries the bytes its ranks send off-host,
+    once (interface counters inside each host's namespace)."""
+    from zipccl.netharness import LinkSpec, Network
+    from zipccl.netharness.topology import netns_unavailable_reason
+
+    if why := netns_unavailable_reason():
+        pytest.skip(why)
+    with Network(4, LinkSpec(), ranks_per_host=2) as net:
+        res = launch(A2A_BYTES.replace("#NIC", NIC), 4, rank_env=net.rank_env, prefix=net.command_prefix, timeout=180,
+                     master_addr=net.address(0))
+    for r in res:
+        assert r.returncode == 0 and "RESULT " in r.stdout, f"rank {r.rank}: {r.stdout}\n{r.stderr[-3000:]}"
+    for r in res:
+        got = json.loads([x for x in r.stdout.splitlines() if x.startswith("RESULT ")][0][7:])
+        assert got["hier_exact"] and got["gloo_exact"], (r.rank, got)
+    for host_rank in (0, 2):  # one reading per host (its ranks share the NIC)
+        got = json.loads([x for x in res[host_rank].stdout.splitlines() if x.startswith("RESULT ")][0][7:])
+        off = got["off_host"]
+        # the off-host blocks, headers, and what TCP sent again
+        assert off <= got["hier"] < 1.02 * off + 67_000 * got["hier_retrans"], got
+        assert off <= got["gloo"], got
+
+
 HPZ = r"""
 import datetime, json, os, sys, torch, torch.distributed as dist, zipccl
 from torch.distributed.device_mesh import init_device_mesh
@@ -214,6 +283,7 @@ for name, reshard in (("hpz", 2), ("zero3", True)):
         loss.backward()
         dist.barrier()
         after, r1, o1 = tx(), retrans(), world_ops()
+        dist.barrier()  # read by the host's ranks before the next forward's all-gathers
         model.zero_grad()
     out[name] = after - before
     out[name + "_retrans"] = r1 - r0
