@@ -5,12 +5,14 @@ import (
 	"fmt"
 )
 
-// lut entry layout: bits 0..31 up to four symbols, 32..34 symbol count,
-// 40..47 bits consumed, flagEsc: the code is the escape (symbol follows as 8
-// raw bits), flagBad: no code starts with these bits.
+// lut entry layout: bits 0..31 up to four symbols (the first in the low
+// byte), 32..37 the bits they take, 56..58 their count. An entry of 0
+// (count 0) is the escape or no code at all; single tells which. The count
+// on top and the bit count alone in the high word let the assembly advance
+// with one shift each, and a zero count leaves a stream where it is.
 const (
-	flagEsc = 1 << 62
-	flagBad = 1 << 63
+	lutBitsShift  = 32
+	lutCountShift = 56
 )
 
 // Decoder decodes records. The zero value is ready to use; it is not safe for
@@ -78,6 +80,12 @@ func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
 		starts[k+1] = pos
 	}
 	src = src[:pos]
+	if useQuad && n >= quadMin {
+		if err := d.decodeQuad(out, src, &starts); err != nil {
+			return 0, err
+		}
+		return pos, nil
+	}
 	for k := 0; k < 4; k += 2 {
 		o0 := out[k*n>>2 : (k+1)*n>>2]
 		o1 := out[(k+1)*n>>2 : (k+2)*n>>2]
@@ -87,6 +95,10 @@ func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
 	}
 	return pos, nil
 }
+
+// quadMin: below this many symbols a record's streams are too short for the
+// kernel's rounds and go the portable way.
+const quadMin = 256
 
 func (d *Decoder) buildLUT() {
 	t := &d.t
@@ -125,11 +137,7 @@ func (d *Decoder) buildLUT() {
 		l1 := uint64(s >> 9)
 		if l1 == 0 || s&0x100 != 0 {
 			aux[v] = 0xffff << 36
-			if l1 == 0 {
-				d.lut[v] = flagBad
-			} else {
-				d.lut[v] = flagEsc
-			}
+			d.lut[v] = 0
 			continue
 		}
 		var tr uint64
@@ -149,7 +157,7 @@ func (d *Decoder) buildLUT() {
 		syms := uint64(s&0xff) | tr<<8&0xffffff00
 		total := cums >> (4 * k) & 15
 		aux[v] = syms | (1+k)<<32 | cums<<36
-		d.lut[v] = syms | (1+k)<<32 | total<<40
+		d.lut[v] = syms | total<<lutBitsShift | (1+k)<<lutCountShift
 	}
 }
 
@@ -192,11 +200,26 @@ type streamState struct {
 	p   int // next output index
 }
 
+// escape decodes the code at the bottom of buf, which the lookup table
+// left to it (an entry with no symbols): it returns the escaped symbol and
+// the bits it took, or an error for a code that does not exist. buf must
+// hold at least escLen+8 bits of the stream (or be zero past its end).
+func (d *Decoder) escape(buf uint64) (byte, uint, error) {
+	s := d.single[buf&lutMask]
+	if s>>9 == 0 || s&0x100 == 0 {
+		return 0, 0, errBad
+	}
+	sym := byte(buf >> (d.escLen & 63))
+	if d.coded[sym] {
+		return 0, 0, errEscCoded
+	}
+	return sym, d.escLen + 8, nil
+}
+
 // decodePair decodes two adjacent streams [s0, s1) and [s1, s2) together
 // (independent dependency chains), then finishes each on its own.
 func (d *Decoder) decodePair(o0, o1, src []byte, s0, s1, s2 int) error {
 	lut := &d.lut
-	escLen := d.escLen & 63
 	var b0, b1 uint64
 	var c0, c1 uint
 	q0, q1 := s0, s1
@@ -214,56 +237,51 @@ pair:
 		for j := 0; j < 4; j++ {
 			e0 := lut[b0&lutMask]
 			e1 := lut[b1&lutMask]
-			if e0|e1 >= flagEsc {
-				// rare: handle escapes (or bad codes) one stream at a time
-				if e0 >= flagEsc {
-					if e0&flagBad != 0 {
-						return errBad
+			if e0>>lutCountShift == 0 || e1>>lutCountShift == 0 {
+				// rare: an escape (>= 23 bits are left here) or a bad code;
+				// take one step of each stream
+				if e0>>lutCountShift == 0 {
+					sym, nb, err := d.escape(b0)
+					if err != nil {
+						return err
 					}
-					b0 >>= escLen
-					if d.coded[byte(b0)] {
-						return errEscCoded
-					}
-					o0[p0] = byte(b0)
+					o0[p0] = sym
 					p0++
-					b0 >>= 8
-					c0 -= escLen + 8
+					b0 >>= nb & 63
+					c0 -= nb
 				} else {
 					binary.LittleEndian.PutUint32(o0[p0:], uint32(e0))
-					p0 += int(e0 >> 32 & 7)
-					nb := uint(e0>>40) & 63
+					p0 += int(e0 >> lutCountShift)
+					nb := uint(e0>>lutBitsShift) & 63
 					b0 >>= nb
 					c0 -= nb
 				}
-				if e1 >= flagEsc {
-					if e1&flagBad != 0 {
-						return errBad
+				if e1>>lutCountShift == 0 {
+					sym, nb, err := d.escape(b1)
+					if err != nil {
+						return err
 					}
-					b1 >>= escLen
-					if d.coded[byte(b1)] {
-						return errEscCoded
-					}
-					o1[p1] = byte(b1)
+					o1[p1] = sym
 					p1++
-					b1 >>= 8
-					c1 -= escLen + 8
+					b1 >>= nb & 63
+					c1 -= nb
 				} else {
 					binary.LittleEndian.PutUint32(o1[p1:], uint32(e1))
-					p1 += int(e1 >> 32 & 7)
-					nb := uint(e1>>40) & 63
+					p1 += int(e1 >> lutCountShift)
+					nb := uint(e1>>lutBitsShift) & 63
 					b1 >>= nb
 					c1 -= nb
 				}
 				continue pair
 			}
 			binary.LittleEndian.PutUint32(o0[p0:], uint32(e0))
-			p0 += int(e0 >> 32 & 7)
-			nb0 := uint(e0>>40) & 63
+			p0 += int(e0 >> lutCountShift)
+			nb0 := uint(e0>>lutBitsShift) & 63
 			b0 >>= nb0
 			c0 -= nb0
 			binary.LittleEndian.PutUint32(o1[p1:], uint32(e1))
-			p1 += int(e1 >> 32 & 7)
-			nb1 := uint(e1>>40) & 63
+			p1 += int(e1 >> lutCountShift)
+			nb1 := uint(e1>>lutBitsShift) & 63
 			b1 >>= nb1
 			c1 -= nb1
 		}
@@ -280,7 +298,6 @@ func (d *Decoder) finishStream(out, src []byte, start, end int, st streamState) 
 	lut := &d.lut
 	buf, cnt, pos, p := st.buf, st.cnt, st.pos, st.p
 	n := len(out)
-	escLen := d.escLen
 fast:
 	for p+16 <= n && pos+8 <= len(src) {
 		buf |= binary.LittleEndian.Uint64(src[pos:]) << (cnt & 63)
@@ -288,24 +305,21 @@ fast:
 		cnt |= 56
 		for j := 0; j < 4; j++ {
 			e := lut[buf&lutMask]
-			if e >= flagEsc {
-				if e&flagBad != 0 {
-					return errBad
-				}
+			if e>>lutCountShift == 0 {
 				// escape: >= 23 bits are available here
-				buf >>= escLen & 63
-				if d.coded[byte(buf)] {
-					return errEscCoded
+				sym, nb, err := d.escape(buf)
+				if err != nil {
+					return err
 				}
-				out[p] = byte(buf)
+				out[p] = sym
 				p++
-				buf >>= 8
-				cnt -= escLen + 8
+				buf >>= nb & 63
+				cnt -= nb
 				continue fast
 			}
 			binary.LittleEndian.PutUint32(out[p:], uint32(e))
-			p += int(e >> 32 & 7)
-			nb := uint(e>>40) & 63
+			p += int(e >> lutCountShift)
+			nb := uint(e>>lutBitsShift) & 63
 			buf >>= nb
 			cnt -= nb
 		}

@@ -1,0 +1,112 @@
+//go:build !purego
+
+package huff
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// quadState is the state of the four streams of a record between calls of
+// decodeQuadBMI2: q is the address of each stream's next bit (byte address
+// *8 + bit), p of its next output byte; stuck[k] is 1 when stream k stopped
+// at an entry without symbols (an escape or a bad code).
+type quadState struct {
+	q     [4]uintptr
+	p     [4]uintptr
+	stuck [4]uint8
+}
+
+// decodeQuadBMI2 decodes up to groups rounds of four lookups in each of the
+// four streams, interleaved, and returns early after a round in which a
+// stream got stuck. Every round must have 8 readable bytes at each q>>3 and
+// 16 bytes of room at each p (the caller's bound).
+//
+//go:noescape
+func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
+
+// useQuad: DecodeBlock decodes a record's four streams with the assembly
+// (else two at a time in Go); tests switch it off to check one against the
+// other.
+var useQuad = hasBMI2
+
+// decodeQuad decodes the four streams of a record (starts: their byte
+// bounds in src) into out: the assembly runs while every stream has room,
+// stepping over escapes in Go, then each stream is finished and checked by
+// finishStream.
+func (d *Decoder) decodeQuad(out, src []byte, starts *[5]int) error {
+	n := len(out)
+	var o [5]int // output bounds of the streams
+	var q, p [4]int
+	for k := 0; k < 4; k++ {
+		o[k] = k * n >> 2
+		q[k] = starts[k] * 8
+		p[k] = o[k]
+	}
+	o[4] = n
+	for {
+		// each round takes <= 44 bits (so the next reads <= 6 bytes on)
+		// and writes <= 16 symbols
+		g := len(src)
+		for k := 0; k < 4; k++ {
+			g = min(g, (o[k+1]-p[k])/16)
+			if r := len(src) - 8 - q[k]>>3; r >= 0 {
+				g = min(g, r/6+1)
+			} else {
+				g = 0
+			}
+		}
+		if g <= 0 {
+			break
+		}
+		// the addresses live only for the call (no stack move in between)
+		var st quadState
+		sb, ob := uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&out[0]))
+		for k := 0; k < 4; k++ {
+			st.q[k] = sb*8 + uintptr(q[k])
+			st.p[k] = ob + uintptr(p[k])
+		}
+		decodeQuadBMI2(&st, &d.lut, g)
+		for k := 0; k < 4; k++ {
+			q[k] = int(st.q[k] - sb*8)
+			p[k] = int(st.p[k] - ob)
+			if st.stuck[k] == 0 {
+				continue
+			}
+			// a stuck stream has room for one more symbol (its last
+			// lookup wrote none) and its next 18 bits within src
+			sym, nb, err := d.escape(peekBits(src, q[k]))
+			if err != nil {
+				return fmt.Errorf("stream %d: %w", k, err)
+			}
+			out[p[k]] = sym
+			p[k]++
+			q[k] += int(nb)
+		}
+	}
+	for k := 0; k < 4; k++ {
+		pos, st := q[k]>>3, streamState{p: p[k] - o[k]}
+		if r := uint(q[k] & 7); r != 0 {
+			if pos >= len(src) {
+				return fmt.Errorf("stream %d: %w", k, errLen)
+			}
+			st.buf, st.cnt = uint64(src[pos])>>r, 8-r
+			pos++
+		}
+		st.pos = pos
+		if err := d.finishStream(out[o[k]:o[k+1]], src, starts[k], starts[k+1], st); err != nil {
+			return fmt.Errorf("stream %d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// peekBits returns the up to 64 bits of src from bit position q, zeros past
+// its end.
+func peekBits(src []byte, q int) uint64 {
+	var v uint64
+	for i, pos := 0, q>>3; i < 8 && pos+i < len(src); i++ {
+		v |= uint64(src[pos+i]) << (8 * i)
+	}
+	return v >> (q & 7)
+}

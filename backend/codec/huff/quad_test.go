@@ -1,0 +1,88 @@
+package huff
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// withPortable runs fn with the assembly stream decoder switched off.
+func withPortable(fn func()) {
+	saved := useQuad
+	useQuad = false
+	defer func() { useQuad = saved }()
+	fn()
+}
+
+// decodeBoth decodes rec into n symbols with the kernel in use and with the
+// portable decoder and fails unless both agree (output, length, error class).
+func decodeBoth(t *testing.T, rec []byte, n int) ([]byte, error) {
+	t.Helper()
+	var d1, d2 Decoder
+	out1, out2 := make([]byte, n), make([]byte, n)
+	m1, err1 := d1.DecodeBlock(out1, rec)
+	var m2 int
+	var err2 error
+	withPortable(func() { m2, err2 = d2.DecodeBlock(out2, rec) })
+	if (err1 == nil) != (err2 == nil) || m1 != m2 {
+		t.Fatalf("n=%d: kernel (%d, %v) and portable (%d, %v) disagree", n, m1, err1, m2, err2)
+	}
+	if err1 == nil && !bytes.Equal(out1, out2) {
+		t.Fatalf("n=%d: kernel and portable outputs differ", n)
+	}
+	if err1 != nil && !errors.Is(err1, ErrCorrupt) {
+		t.Fatalf("n=%d: %v is not ErrCorrupt", n, err1)
+	}
+	return out1, err1
+}
+
+// TestQuadKernel decodes records of every shape with the kernel in use (the
+// assembly where the CPU has it) and the portable decoder: sampled tables
+// with escapes, exact tables, runs of long codes, sizes around the kernel's
+// bounds, and every record again with bit flips and cuts.
+func TestQuadKernel(t *testing.T) {
+	if !useQuad {
+		t.Log("no stream kernel on this CPU/build: the portable path is checked against itself")
+	}
+	var e Encoder
+	var recs [][]byte
+	var ns []int
+	add := func(rec []byte, n int) { recs, ns = append(recs, rec), append(ns, n) }
+	for i, n := range []int{quadMin - 1, quadMin, 300, 1000, 4099, 65536} {
+		seed := uint64(i + 1)
+		for _, sigma := range []float64{0.02, 1, 30} {
+			add(e.AppendBlock(nil, gaussExp(n, sigma, seed)), n)
+			add(e.AppendExact(nil, gaussExp(n, sigma, seed), 0), n)
+		}
+		add(e.AppendExact(nil, geometric(n, 0.7, seed), 0), n)
+		// a sampled table that misses most values: escapes everywhere
+		s := gaussExp(n, 0.02, seed)
+		for j := 0; j < n; j += 7 + int(seed) {
+			s[j] = byte(j)
+		}
+		add(e.AppendBlock(nil, s), n)
+		// every symbol at once: long codes, one symbol per lookup
+		u := make([]byte, n)
+		for j := range u {
+			u[j] = byte(j * 37)
+		}
+		add(e.AppendExact(nil, u, 0), n)
+	}
+	for i, rec := range recs {
+		if rec[0] != ModeHuff {
+			continue
+		}
+		out, err := decodeBoth(t, rec, ns[i])
+		if err != nil || len(out) != ns[i] {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		r := rand.New(rand.NewPCG(uint64(i), 5))
+		for j := 0; j < 40; j++ {
+			bad := bytes.Clone(rec)
+			bad[r.IntN(len(bad))] ^= 1 << r.IntN(8)
+			decodeBoth(t, bad, ns[i])
+			decodeBoth(t, rec[:r.IntN(len(rec))], ns[i])
+		}
+	}
+}
