@@ -295,10 +295,21 @@ def test_chunked_container_threads(codec):
         info = zc.inspect(blob)
         assert info.dtype == t.dtype and info.shape == t.shape and info.compressed_bytes == len(blob)
         assert info.raw_bytes == t.numel() * 2 and info.codec == zc.inspect(single).codec
-    # small tensors stay single-frame whatever is asked; None = one per CPU
+    # small tensors stay single-frame whatever is asked
     assert zc.compress(t[:, :1000], codec, threads=8)[:4] == b"ZCCT"
-    default = zc.compress(t, codec)
-    assert default[:4] == (b"ZCCM" if (os.cpu_count() or 1) > 1 else b"ZCCT")
+
+
+def test_chunked_default_does_not_depend_on_the_machine(monkeypatch):
+    """By default the chunks follow the tensor's size (one per 4 MiB), so a
+    checkpoint compressed on 2 cores and on 64 has the same bytes."""
+    t = gaussian((3, 1_500_000 + 4321), torch.bfloat16, seed=6)  # 9 MB: two chunks
+    blobs = set()
+    for cpus in (1, 2, 64):
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        blobs.add(zc.compress(t, "huff"))
+    assert len(blobs) == 1
+    (blob,) = blobs
+    assert blob[:4] == b"ZCCM" and blob == zc.compress(t, "huff", threads=2)
 
 
 def test_chunked_container_damage_and_arguments():

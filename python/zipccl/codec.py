@@ -42,11 +42,13 @@ collectives the adaptive switcher keeps the Go codec's own auto
 huff's ratio), because there the coding time is on the critical path and
 the link speed decides what pays (docs/ARCHITECTURE.md).
 
-Threads: the Go codec codes one frame on one thread. ``compress(...,
-threads=N)`` (default: one per CPU, one per 4 MiB at most) cuts a large
-tensor into chunks of whole blocks and codes them in parallel into a
+Threads: the Go codec codes one frame on one thread. By default
+``compress`` cuts a tensor of 8 MiB or more into chunks of whole blocks (one
+per 4 MiB, at most 16: the bytes depend on the tensor alone, not on the
+machine) and codes them in parallel on up to one thread per CPU into a
 chunked container (docs/FORMAT.md 7a), which ``decompress`` decodes in
-parallel; ``threads=1`` writes the single-frame container of section 7.
+parallel; ``threads=N`` makes N chunks instead (at most one per 4 MiB), and
+``threads=1`` writes the single-frame container of section 7.
 
 The first call loads the engine (libzipccl.so) like ``zipccl.info()`` does;
 it starts no process group and opens no socket.
@@ -175,12 +177,13 @@ def compress(tensor: torch.Tensor, codec: str = "auto", *, threads: int | None =
         codec: ``"auto"`` (default: the smallest output of the coding
             kinds, decided on a sample; see the module docstring),
             ``"zip3"``, ``"huff"``, ``"huff2"`` or ``"raw"``.
-        threads: how many threads code it. With more than one, a tensor of
-            at least 2 x 4 MiB is cut into that many chunks of whole 65536-
-            element blocks, coded in parallel into a chunked container
+        threads: how many chunks to code in parallel. A tensor of at least
+            2 x 4 MiB is cut into chunks of whole 65536-element blocks,
+            coded on up to one thread per CPU into a chunked container
             (docs/FORMAT.md 7a), which :func:`decompress` also decodes in
-            parallel. None (default): one per CPU, at most one per 4 MiB,
-            at most 16. 1 writes the single-frame container of section 7.
+            parallel. None (default): one chunk per 4 MiB, at most 16, so
+            the output is the same on every machine. N: N chunks (at most
+            one per 4 MiB). 1 writes the single-frame container of section 7.
 
     Returns:
         The tensor container: dtype, shape and one codec frame (or one per
@@ -234,8 +237,8 @@ def _threads_pool() -> ThreadPoolExecutor:
 
 def _chunk_bounds(numel: int, size: int, threads: int | None) -> list[int]:
     """Element offsets [0, ..., numel] of the chunks (two entries: one chunk)."""
-    if threads is None:
-        n = min(os.cpu_count() or 1, _CHUNK_MAX, numel * size // _CHUNK_MIN_BYTES)
+    if threads is None:  # by size alone: the same bytes on every machine
+        n = min(_CHUNK_MAX, numel * size // _CHUNK_MIN_BYTES)
     else:
         if isinstance(threads, bool) or not isinstance(threads, int):
             raise TypeError(f"zipccl.codec: threads must be an int or None, got {type(threads).__name__}")
