@@ -5,14 +5,16 @@ import (
 	"fmt"
 )
 
-// lut entry layout: bits 0..31 up to four symbols (the first in the low
-// byte), 32..37 the bits they take, 56..58 their count. An entry of 0
-// (count 0) is the escape or no code at all; single tells which. The count
-// on top and the bit count alone in the high word let the assembly advance
-// with one shift each, and a zero count leaves a stream where it is.
+// lut entry layout: bits 0..5 the bits taken, 24..26 the symbol count,
+// 32..63 up to four symbols (the first in the low byte). An entry of 0 is
+// the escape or no code at all; single tells which. The bit count at the
+// bottom drops the bits with one shift straight off the table load (the
+// decoder's dependency chain), one rotate brings the symbols down with the
+// count on top, and an entry of 0 leaves a stream where it is.
 const (
-	lutBitsShift  = 32
-	lutCountShift = 56
+	lutCountShift = 24
+	lutSymShift   = 32
+	lutInvalid    = MaxCodeLen + 1 // buildLUT's length of no code
 )
 
 // Decoder decodes records. The zero value is ready to use; it is not safe for
@@ -20,9 +22,9 @@ const (
 type Decoder struct {
 	t      table
 	codes  [257]uint16
-	single [lutSize]uint16 // sym | len<<8; len 0: bad; sym 0x100 bit: escape
+	single [lutSize]uint16 // sym | len<<9; len 0: bad; sym 0x100 bit: escape
+	multi  [lutSize]uint16 // sym | (lutInvalid-len)<<8; 0: escape or bad
 	lut    [lutSize]uint64
-	aux    [lutSize]uint64
 	key    [130]byte
 	keyLen int
 	escLen uint
@@ -103,9 +105,8 @@ const quadMin = 256
 func (d *Decoder) buildLUT() {
 	t := &d.t
 	t.canonical(&d.codes)
-	for i := range d.single {
-		d.single[i] = 0
-	}
+	clear(d.single[:])
+	clear(d.multi[:])
 	for i := 0; i <= t.nwin; i++ {
 		j := i
 		sym := uint16(t.lo + i)
@@ -118,8 +119,13 @@ func (d *Decoder) buildLUT() {
 			continue
 		}
 		v := sym | uint16(l)<<9
+		m := sym | uint16(lutInvalid-l)<<8
+		if j == escSym {
+			m = 0
+		}
 		for x := int(d.codes[j]); x < lutSize; x += 1 << l {
 			d.single[x] = v
+			d.multi[x] = m
 		}
 	}
 	d.escLen = uint(t.lens[escSym])
@@ -127,61 +133,38 @@ func (d *Decoder) buildLUT() {
 	for i := 0; i < t.nwin; i++ {
 		d.coded[t.lo+i] = t.lens[i] > 0
 	}
-	// aux[v]: symbols (bits 0..31), count (32..35) and the bits consumed after
-	// 1..4 symbols (nibbles at 36..51; 15 past the count). The entry for v is
-	// its first code followed by the entry of the remaining bits v>>l1, cut
-	// to the 11-l1 bits that are known; v>>l1 < v, so one pass in order works.
-	aux := &d.aux
-	for v := 0; v < lutSize; v++ {
-		s := d.single[v]
-		l1 := uint64(s >> 9)
-		if l1 == 0 || s&0x100 != 0 {
-			aux[v] = 0xffff << 36
+	// lut[v]: decode up to four codes from the 11 bits of v, greedily, as
+	// long as each lies wholly within them. The lookups past the first are
+	// done whatever they find (an escape or no code reads as lutInvalid
+	// bits, and lengths only add up, so one too long ends the run) and the
+	// count comes from comparisons: no branches but the first code's.
+	m := &d.multi
+	for v := range d.lut {
+		m1 := m[v]
+		l1 := lutInvalid - uint(m1>>8)
+		if l1 > MaxCodeLen {
 			d.lut[v] = 0
 			continue
 		}
-		var tr uint64
-		if r := v >> l1; r != v {
-			tr = aux[r]
-		} else {
-			tr = d.auxZero(l1)
-		}
-		b := int64(MaxCodeLen - l1)
-		c1 := int64(tr >> 36 & 15)
-		c2 := int64(tr >> 40 & 15)
-		c3 := int64(tr >> 44 & 15)
-		k := uint64((c1-b-1)>>63&1 + (c2-b-1)>>63&1 + (c3-b-1)>>63&1)
-		keep := uint64(1)<<(4*k) - 1
-		cums := ((tr>>36&0xfff + l1*0x111) & keep) | (0xfff &^ keep)
-		cums = l1 | cums<<4 // nibble 0 = l1
-		syms := uint64(s&0xff) | tr<<8&0xffffff00
-		total := cums >> (4 * k) & 15
-		aux[v] = syms | (1+k)<<32 | cums<<36
-		d.lut[v] = syms | total<<lutBitsShift | (1+k)<<lutCountShift
+		r := uint(v) >> l1
+		m2 := m[r]
+		l2 := lutInvalid - uint(m2>>8)
+		r >>= l2
+		m3 := m[r&lutMask]
+		l3 := lutInvalid - uint(m3>>8)
+		r >>= l3
+		m4 := m[r&lutMask]
+		l4 := lutInvalid - uint(m4>>8)
+		L2, L3 := l1+l2, l1+l2+l3
+		L4 := L3 + l4
+		// okK: 1 when the first K codes fit in the index
+		ok2 := (L2 - lutInvalid) >> 63
+		ok3 := (L3 - lutInvalid) >> 63
+		ok4 := (L4 - lutInvalid) >> 63
+		total := l1 + ok2*l2 + ok3*l3 + ok4*l4
+		syms := uint64(m1&0xff) | uint64(m2&0xff)<<8 | uint64(m3&0xff)<<16 | uint64(m4&0xff)<<24
+		d.lut[v] = uint64(total) | uint64(1+ok2+ok3+ok4)<<lutCountShift | syms<<lutSymShift
 	}
-}
-
-// auxZero decodes the all-zero remainder after a first code of length l1 by
-// walking the codes (the one self-referential case, v = 0).
-func (d *Decoder) auxZero(l1 uint64) uint64 {
-	var syms, cums uint64
-	n := uint64(0)
-	used := uint64(0)
-	for n < 4 {
-		s := d.single[0]
-		l := uint64(s >> 9)
-		if l == 0 || s&0x100 != 0 || used+l > MaxCodeLen-l1 {
-			break
-		}
-		syms |= uint64(s&0xff) << (8 * n)
-		used += l
-		cums |= used << (4 * n)
-		n++
-	}
-	for i := n; i < 4; i++ {
-		cums |= 15 << (4 * i)
-	}
-	return syms | n<<32 | cums<<36
 }
 
 var (
@@ -237,10 +220,10 @@ pair:
 		for j := 0; j < 4; j++ {
 			e0 := lut[b0&lutMask]
 			e1 := lut[b1&lutMask]
-			if e0>>lutCountShift == 0 || e1>>lutCountShift == 0 {
+			if e0 == 0 || e1 == 0 {
 				// rare: an escape (>= 23 bits are left here) or a bad code;
 				// take one step of each stream
-				if e0>>lutCountShift == 0 {
+				if e0 == 0 {
 					sym, nb, err := d.escape(b0)
 					if err != nil {
 						return err
@@ -250,13 +233,13 @@ pair:
 					b0 >>= nb & 63
 					c0 -= nb
 				} else {
-					binary.LittleEndian.PutUint32(o0[p0:], uint32(e0))
-					p0 += int(e0 >> lutCountShift)
-					nb := uint(e0>>lutBitsShift) & 63
+					binary.LittleEndian.PutUint32(o0[p0:], uint32(e0>>lutSymShift))
+					p0 += int(e0 >> lutCountShift & 7)
+					nb := uint(e0) & 63
 					b0 >>= nb
 					c0 -= nb
 				}
-				if e1>>lutCountShift == 0 {
+				if e1 == 0 {
 					sym, nb, err := d.escape(b1)
 					if err != nil {
 						return err
@@ -266,22 +249,22 @@ pair:
 					b1 >>= nb & 63
 					c1 -= nb
 				} else {
-					binary.LittleEndian.PutUint32(o1[p1:], uint32(e1))
-					p1 += int(e1 >> lutCountShift)
-					nb := uint(e1>>lutBitsShift) & 63
+					binary.LittleEndian.PutUint32(o1[p1:], uint32(e1>>lutSymShift))
+					p1 += int(e1 >> lutCountShift & 7)
+					nb := uint(e1) & 63
 					b1 >>= nb
 					c1 -= nb
 				}
 				continue pair
 			}
-			binary.LittleEndian.PutUint32(o0[p0:], uint32(e0))
-			p0 += int(e0 >> lutCountShift)
-			nb0 := uint(e0>>lutBitsShift) & 63
+			binary.LittleEndian.PutUint32(o0[p0:], uint32(e0>>lutSymShift))
+			p0 += int(e0 >> lutCountShift & 7)
+			nb0 := uint(e0) & 63
 			b0 >>= nb0
 			c0 -= nb0
-			binary.LittleEndian.PutUint32(o1[p1:], uint32(e1))
-			p1 += int(e1 >> lutCountShift)
-			nb1 := uint(e1>>lutBitsShift) & 63
+			binary.LittleEndian.PutUint32(o1[p1:], uint32(e1>>lutSymShift))
+			p1 += int(e1 >> lutCountShift & 7)
+			nb1 := uint(e1) & 63
 			b1 >>= nb1
 			c1 -= nb1
 		}
@@ -305,7 +288,7 @@ fast:
 		cnt |= 56
 		for j := 0; j < 4; j++ {
 			e := lut[buf&lutMask]
-			if e>>lutCountShift == 0 {
+			if e == 0 {
 				// escape: >= 23 bits are available here
 				sym, nb, err := d.escape(buf)
 				if err != nil {
@@ -317,9 +300,9 @@ fast:
 				cnt -= nb
 				continue fast
 			}
-			binary.LittleEndian.PutUint32(out[p:], uint32(e))
-			p += int(e >> lutCountShift)
-			nb := uint(e>>lutBitsShift) & 63
+			binary.LittleEndian.PutUint32(out[p:], uint32(e>>lutSymShift))
+			p += int(e >> lutCountShift & 7)
+			nb := uint(e) & 63
 			buf >>= nb
 			cnt -= nb
 		}

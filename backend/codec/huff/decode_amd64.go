@@ -17,10 +17,10 @@ type quadState struct {
 	stuck [4]uint8
 }
 
-// decodeQuadBMI2 decodes up to groups rounds of four lookups in each of the
+// decodeQuadBMI2 decodes up to groups rounds of five lookups in each of the
 // four streams, interleaved, and returns early after a round in which a
 // stream got stuck. Every round must have 8 readable bytes at each q>>3 and
-// 16 bytes of room at each p (the caller's bound).
+// 20 bytes of room at each p (the caller's bound).
 //
 //go:noescape
 func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
@@ -45,13 +45,13 @@ func (d *Decoder) decodeQuad(out, src []byte, starts *[5]int) error {
 	}
 	o[4] = n
 	for {
-		// each round takes <= 44 bits (so the next reads <= 6 bytes on)
-		// and writes <= 16 symbols
+		// each round takes <= 55 bits (so the next reads <= 7 bytes on)
+		// and writes <= 20 symbols
 		g := len(src)
 		for k := 0; k < 4; k++ {
-			g = min(g, (o[k+1]-p[k])/16)
+			g = min(g, (o[k+1]-p[k])/20)
 			if r := len(src) - 8 - q[k]>>3; r >= 0 {
-				g = min(g, r/6+1)
+				g = min(g, r/7+1)
 			} else {
 				g = 0
 			}

@@ -8,7 +8,7 @@
 //
 // A buffer is filled from its stream's bit address q: the 8 bytes at q>>3
 // with bit 63 set as a sentinel, shifted down by q&7, so it holds >= 56
-// bits; a round's four lookups take <= 44. Where the sentinel ends up tells
+// bits; a round's five lookups take <= 55. Where the sentinel ends up tells
 // how many bits were taken: the next q is (q &^ 7) + 63 - bsr(buffer).
 
 // FILL(Q, B) loads buffer B for the bit address in Q. Clobbers AX, Q.
@@ -31,30 +31,30 @@
 	ADDQ $63, BX \
 	MOVQ BX, OFF(SI)
 
-// LOOKUP(B, P) decodes the entry under the low 11 bits of B: stores its
-// symbols (4 bytes, only count of them meant) at P, drops its bits from B
-// and advances P by its count. An entry of 0 changes nothing. Leaves the
-// count in BX and ZF set when it is 0.
+// LOOKUP(B, P) decodes the entry under the low 11 bits of B: drops its bits
+// from B (the dependency chain: index, load, shift), stores its symbols (4
+// bytes, only count of them meant) at P and advances P by the count. An
+// entry of 0 changes nothing. Leaves ZF set when the count is 0.
 #define LOOKUP(B, P) \
 	BZHIQ CX, B, AX \
 	MOVQ  (DI)(AX*8), BX \
-	MOVL  BX, (P) \
+	SHRXQ BX, B, B \
 	RORXQ $32, BX, AX \
-	SHRXQ AX, B, B \
-	SHRQ  $56, BX \
-	ADDQ  BX, P
+	MOVL  AX, (P) \
+	SHRQ  $56, AX \
+	ADDQ  AX, P
 
 // LAST(B, P, K) is LOOKUP that records in stuck[K] whether the stream
 // stopped (an entry of 0 repeats until Go steps over it).
 #define LAST(B, P, K) \
 	BZHIQ CX, B, AX \
 	MOVQ  (DI)(AX*8), BX \
-	MOVL  BX, (P) \
+	SHRXQ BX, B, B \
 	RORXQ $32, BX, AX \
-	SHRXQ AX, B, B \
-	SHRQ  $56, BX \
+	MOVL  AX, (P) \
+	SHRQ  $56, AX \
 	SETEQ (64+K)(SI) \
-	ADDQ  BX, P
+	ADDQ  AX, P
 
 // func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
 TEXT ·decodeQuadBMI2(SB), NOSPLIT, $0-24
@@ -76,6 +76,10 @@ TEXT ·decodeQuadBMI2(SB), NOSPLIT, $0-24
 	FILL(BX, R11)
 
 round:
+	LOOKUP(R8, R12)
+	LOOKUP(R9, R13)
+	LOOKUP(R10, R14)
+	LOOKUP(R11, R15)
 	LOOKUP(R8, R12)
 	LOOKUP(R9, R13)
 	LOOKUP(R10, R14)
