@@ -199,7 +199,7 @@ dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
 rank = dist.get_rank()
 #NIC
 groups = {
-    "hier": dist.new_group(pg_options=zipccl.Options(compression="never")),
+    "hier": dist.new_group(pg_options=zipccl.Options(compression="never", extra={"hierarchy": "all"})),
     "gloo": dist.new_group(backend="gloo"),
 }
 U = 1 << 18  # elements (1 MiB of float32) per unit
@@ -235,7 +235,7 @@ dist.destroy_process_group()
 
 def test_hierarchical_all_to_all_sends_the_off_host_blocks_once():
     """2 hosts of 2 ranks, uneven splits with empty blocks, random bits: the
-    hierarchical all_to_all (bundled on the rails) gives gloo's result bit
+    hierarchical all_to_all (hierarchy=all: bundled on the rails) gives gloo's result bit
     for bit, and each host's NIC carries the bytes its ranks send off-host,
     once (interface counters inside each host's namespace)."""
     from zipccl.netharness import LinkSpec, Network

@@ -81,42 +81,53 @@ func describeHosts(h [][]int) string {
 	return n + ": ranks " + strings.Join(parts, " | ")
 }
 
-// flatOption reads the group option hierarchy (else ZIPCCL_HIERARCHY):
-// "auto" (the default) runs all_reduce, reduce_scatter, all_gather,
-// all_to_all and broadcast hierarchically where the group spans hosts of
-// several ranks; "flat" never. Every rank must agree (the op descriptor carries the choice).
-func flatOption(opts map[string]string) (bool, error) {
+// hierarchyOption reads the group option hierarchy (else
+// ZIPCCL_HIERARCHY): "auto" (the default) runs all_reduce, reduce_scatter,
+// all_gather and broadcast hierarchically where the group spans hosts of
+// several ranks; "all" all_to_all too; "flat" none. Every rank must agree
+// (the op descriptor carries the choice).
+func hierarchyOption(opts map[string]string) (flat, allToAll bool, err error) {
 	v, ok := opts["hierarchy"]
 	if !ok {
 		v = os.Getenv("ZIPCCL_HIERARCHY")
 	}
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "", "auto":
-		return false, nil
+		return false, false, nil
+	case "all":
+		return false, true, nil
 	case "flat":
-		return true, nil
+		return true, false, nil
 	}
-	return false, fmt.Errorf("zipccl: hierarchy=%q: want auto or flat", v)
+	return false, false, fmt.Errorf("zipccl: hierarchy=%q: want auto, all or flat", v)
 }
 
 // hierarchy is the layout op runs hierarchically on, or nil for the flat
-// algorithms: all_reduce, reduce_scatter, all_gather, all_to_all and
-// broadcast (above the size the root sends directly to every rank) of host
-// memory, on a group of equal hosts of several ranks
+// algorithms: all_reduce, reduce_scatter, all_gather, broadcast (above the
+// size the root sends directly to every rank) and, with hierarchy=all,
+// all_to_all, of host memory, on a group of equal hosts of several ranks
 // (zcoll.Hosts.Hierarchical, judged once, when the layout is learned from
 // the Store by the first call).
 //
-// all_to_all runs hierarchically at every size: its host links carry the
-// same bytes as flat's, in R times fewer data messages (zcoll.HierAllToAll),
-// at the cost of a copy inside the host. A size threshold cannot be agreed
-// here: a rank knows only its own splits, and the choice (which the op
-// descriptor carries) must be the same on every rank before the data moves.
+// all_to_all is hierarchical only when asked for: its host links carry the
+// same bytes either way (each off-host block once), so the rails save only
+// messages (R per pair of hosts where flat sends R*R), and pay an extra hop
+// inside the host, copies, and a round of lengths. On 2 hosts of 2 and of 4
+// ranks (the netns harness, 1 and 10 Gbit/s) that made it slower than flat
+// at every size tried, 4 KiB to 32 MiB a rank (docs/ARCHITECTURE.md). A
+// size threshold could not be chosen here anyway: a rank knows only its
+// own splits, and the choice, which the op descriptor carries, must be the
+// same on every rank before the data moves.
 func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	if c.flat || op.Dev != nil {
 		return nil, nil
 	}
 	switch op.Kind {
-	case opkind.AllReduce, opkind.ReduceScatter, opkind.AllGather, opkind.AllToAll:
+	case opkind.AllReduce, opkind.ReduceScatter, opkind.AllGather:
+	case opkind.AllToAll:
+		if !c.hierA2A {
+			return nil, nil
+		}
 	case opkind.Broadcast:
 		if len(op.Out[0])*(c.cfg.Size-1) <= collective.BroadcastDirectMax {
 			return nil, nil

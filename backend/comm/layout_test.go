@@ -96,7 +96,7 @@ func TestHierarchicalOps(t *testing.T) {
 	for _, mode := range []string{"never", "always"} {
 		t.Run(mode, func(t *testing.T) {
 			r := newRigConfig(t, 4, func(rank int) Config {
-				return Config{Name: "hier-" + mode, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode}}
+				return Config{Name: "hier-" + mode, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode, "hierarchy": "all"}}
 			})
 			xs := make([][]float32, 4)
 			bufs := make([][]byte, 4)
@@ -212,22 +212,29 @@ func TestHierarchicalOps(t *testing.T) {
 		for rank, x := range res {
 			require.ErrorContains(t, x.err, "hierarchical", "rank %d", rank)
 		}
-		// all_to_all runs hierarchically too: a flat rank fails it
-		r := newRigConfig(t, 4, func(rank int) Config {
-			opts := map[string]string{}
-			if rank == 3 {
-				opts["hierarchy"] = "flat"
+		// hierarchy=all runs all_to_all hierarchically: a rank left at auto
+		// (flat all_to_all) or flat fails it; all at auto agree
+		for _, other := range []string{"auto", "flat", "all"} {
+			r := newRigConfig(t, 4, func(rank int) Config {
+				opts := map[string]string{"hierarchy": "all"}
+				if rank == 3 || other == "auto" && rank != 0 {
+					opts["hierarchy"] = other
+				}
+				return Config{Name: "hier-a2a-" + other, Timeout: 5 * time.Second, HostID: ids[rank], Options: opts}
+			})
+			for rank, x := range r.everyRank(func(rank int) *Op {
+				in, out := make([][]byte, 4), make([][]byte, 4)
+				for j := range in {
+					in[j], out[j] = make([]byte, 64), make([]byte, 64)
+				}
+				return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: out}
+			}) {
+				if other == "all" {
+					require.NoError(t, x.err, "all_to_all rank %d", rank)
+				} else {
+					require.ErrorContains(t, x.err, "hierarchical", "all_to_all, rank 3 %s, rank %d", other, rank)
+				}
 			}
-			return Config{Name: "hier-a2a-mismatch", Timeout: 5 * time.Second, HostID: ids[rank], Options: opts}
-		})
-		for rank, x := range r.everyRank(func(rank int) *Op {
-			in, out := make([][]byte, 4), make([][]byte, 4)
-			for j := range in {
-				in[j], out[j] = make([]byte, 64), make([]byte, 64)
-			}
-			return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: out}
-		}) {
-			require.ErrorContains(t, x.err, "hierarchical", "all_to_all rank %d", rank)
 		}
 		flat, res := run("flat", ids, func(int) bool { return true })
 		oneHost, res2 := run("one-host", []string{"x", "x", "x", "x"}, func(int) bool { return false })
@@ -257,7 +264,7 @@ func TestHierarchicalDeadRankOrHost(t *testing.T) {
 		kind, dead := c.kind, c.dead
 		t.Run(fmt.Sprint(kind, dead), func(t *testing.T) {
 			r := newRigConfig(t, 4, func(rank int) Config {
-				return Config{Name: "hier-dead", Timeout: 60 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": "always"}}
+				return Config{Name: "hier-dead", Timeout: 60 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": "always", "hierarchy": "all"}}
 			})
 			bufs := make([][]byte, 4)
 			op := func(rank int) *Op {
