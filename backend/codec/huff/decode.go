@@ -22,8 +22,8 @@ const (
 type Decoder struct {
 	t      table
 	codes  [257]uint16
-	single [lutSize]uint16 // sym | len<<9; len 0: bad; sym 0x100 bit: escape
-	multi  [lutSize]uint16 // sym | (lutInvalid-len)<<8; 0: escape or bad
+	single [lutSize]uint16     // sym | len<<9; len 0: bad; sym 0x100 bit: escape
+	multi  [lutSize + 2]uint16 // sym | (lutInvalid-len)<<8; 0: escape or bad; 2 spare for 4-byte gathers
 	lut    [lutSize]uint64
 	key    [130]byte
 	keyLen int
@@ -133,17 +133,24 @@ func (d *Decoder) buildLUT() {
 	for i := 0; i < t.nwin; i++ {
 		d.coded[t.lo+i] = t.lens[i] > 0
 	}
-	// lut[v]: decode up to four codes from the 11 bits of v, greedily, as
-	// long as each lies wholly within them. The lookups past the first are
-	// done whatever they find (an escape or no code reads as lutInvalid
-	// bits, and lengths only add up, so one too long ends the run) and the
-	// count comes from comparisons: no branches but the first code's.
-	m := &d.multi
-	for v := range d.lut {
+	if useLUTAsm {
+		fillLUTAVX2(&d.lut, &d.multi)
+	} else {
+		fillLUT(&d.lut, &d.multi)
+	}
+}
+
+// fillLUT sets lut[v] to the decode of up to four codes from the 11 bits of
+// v, greedily, as long as each lies wholly within them. The lookups past the
+// first are done whatever they find (an escape or no code reads as
+// lutInvalid bits, and lengths only add up, so one too long ends the run)
+// and the count comes from comparisons: no branches but the first code's.
+func fillLUT(lut *[lutSize]uint64, m *[lutSize + 2]uint16) {
+	for v := range lut {
 		m1 := m[v]
 		l1 := lutInvalid - uint(m1>>8)
 		if l1 > MaxCodeLen {
-			d.lut[v] = 0
+			lut[v] = 0
 			continue
 		}
 		r := uint(v) >> l1
@@ -163,7 +170,7 @@ func (d *Decoder) buildLUT() {
 		ok4 := (L4 - lutInvalid) >> 63
 		total := l1 + ok2*l2 + ok3*l3 + ok4*l4
 		syms := uint64(m1&0xff) | uint64(m2&0xff)<<8 | uint64(m3&0xff)<<16 | uint64(m4&0xff)<<24
-		d.lut[v] = uint64(total) | uint64(1+ok2+ok3+ok4)<<lutCountShift | syms<<lutSymShift
+		lut[v] = uint64(total) | uint64(1+ok2+ok3+ok4)<<lutCountShift | syms<<lutSymShift
 	}
 }
 

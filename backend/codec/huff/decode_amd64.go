@@ -5,6 +5,8 @@ package huff
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/klauspost/cpuid/v2"
 )
 
 // quadState is the state of the four streams of a record between calls of
@@ -24,6 +26,14 @@ type quadState struct {
 //
 //go:noescape
 func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
+
+// fillLUTAVX2 is fillLUT eight entries at a time (AVX2 gathers).
+//
+//go:noescape
+func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16)
+
+// useLUTAsm: buildLUT fills the table with fillLUTAVX2; tests switch it off.
+var useLUTAsm = cpuid.CPU.Supports(cpuid.AVX2)
 
 // useQuad: DecodeBlock decodes a record's four streams with the assembly
 // (else two at a time in Go); tests switch it off to check one against the

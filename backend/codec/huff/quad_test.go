@@ -7,11 +7,12 @@ import (
 	"testing"
 )
 
-// withPortable runs fn with the assembly stream decoder switched off.
+// withPortable runs fn with the assembly stream decoder and table fill
+// switched off.
 func withPortable(fn func()) {
-	saved := useQuad
-	useQuad = false
-	defer func() { useQuad = saved }()
+	q, l := useQuad, useLUTAsm
+	useQuad, useLUTAsm = false, false
+	defer func() { useQuad, useLUTAsm = q, l }()
 	fn()
 }
 
@@ -83,6 +84,45 @@ func TestQuadKernel(t *testing.T) {
 			bad[r.IntN(len(bad))] ^= 1 << r.IntN(8)
 			decodeBoth(t, bad, ns[i])
 			decodeBoth(t, rec[:r.IntN(len(rec))], ns[i])
+		}
+	}
+}
+
+// TestFillLUT checks the vector table fill against fillLUT on the tables of
+// real records and on arbitrary length tables (any lengths, escapes, holes).
+func TestFillLUT(t *testing.T) {
+	if !useLUTAsm {
+		t.Skip("no vector table fill on this CPU/build")
+	}
+	var e Encoder
+	var ms [][lutSize + 2]uint16
+	for i, sigma := range []float64{0.001, 0.02, 1, 30} {
+		for _, rec := range [][]byte{e.AppendBlock(nil, gaussExp(5000, sigma, uint64(i))), e.AppendExact(nil, gaussExp(5000, sigma, uint64(i)), 0)} {
+			var d Decoder
+			if _, err := parseTable(rec[1:], &d.t); err == nil {
+				d.buildLUT()
+				ms = append(ms, d.multi)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < 50; i++ {
+		var m [lutSize + 2]uint16
+		for j := range m {
+			m[j] = uint16(r.IntN(lutInvalid))<<8 | uint16(r.IntN(256))
+		}
+		ms = append(ms, m)
+	}
+	for i := range ms {
+		var a, b [lutSize]uint64
+		fillLUT(&a, &ms[i])
+		fillLUTAVX2(&b, &ms[i])
+		if a != b {
+			for v := range a {
+				if a[v] != b[v] {
+					t.Fatalf("table %d, v=%d: vector %#x, Go %#x", i, v, b[v], a[v])
+				}
+			}
 		}
 	}
 }
