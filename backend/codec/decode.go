@@ -127,8 +127,12 @@ func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
 				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
 			}
 			off += m
-			huffMerge(p.f, out, bst, syms, &d.hi)
-			got = crc(out)
+			if p.f == zip3.BF16 {
+				got = mergeBF16CRC(out, bst, syms, d.z.Stream)
+			} else {
+				huffMerge(p.f, out, bst, syms, &d.hi)
+				got = crc(out)
+			}
 		case Huff2:
 			if !allZero(idx[4:]) {
 				return fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
@@ -136,12 +140,12 @@ func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
 			if d.h2 == nil {
 				d.h2 = new(huff2Decoder)
 			}
-			m, err := d.h2.decodeBlock(out, p.f, dyn[off:], n)
+			m, c, err := d.h2.decodeBlock(out, p.f, dyn[off:], n, d.z.Stream)
 			if err != nil {
 				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
 			}
 			off += m
-			got = crc(out)
+			got = c
 		}
 		if want := binary.LittleEndian.Uint32(idx[0:]); got != want {
 			return fmt.Errorf("%w: block %d: crc %08x, want %08x", ErrChecksum, i, got, want)

@@ -119,11 +119,15 @@ type huff2Decoder struct {
 }
 
 // decodeBlock decodes the records of one block of n elements at the start
-// of src into dst and returns the bytes used. A raw record's plane is read
-// in place.
-func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int) (int, error) {
+// of src into dst and returns the bytes used and the CRC-32C of dst. A raw
+// record's plane is read in place. nt: dst may be written past the caches.
+func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int, nt bool) (int, uint32, error) {
 	if huff2Planes(f) == 1 {
-		return d.h[0].DecodeBlock(dst[:n], src)
+		m, err := d.h[0].DecodeBlock(dst[:n], src)
+		if err != nil {
+			return 0, 0, err
+		}
+		return m, crc(dst), nil
 	}
 	d.b.grow(1 << huff2BlockLog)
 	var pl [4][]byte
@@ -137,10 +141,14 @@ func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int)
 		pl[i] = d.b.p[i][:n]
 		m, err := d.h[i].DecodeBlock(pl[i], src[off:])
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		off += m
 	}
+	if f == zip3.BF16 || f == zip3.FP16 {
+		// the checksum is folded in as the block is written
+		return off, mergeBF16CRC(dst, pl[1], pl[0], nt), nil
+	}
 	huff2Merge(f, dst, &pl, &d.b)
-	return off, nil
+	return off, crc(dst), nil
 }

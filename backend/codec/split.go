@@ -43,6 +43,15 @@ func symsBF16Go(syms, src []byte) {
 	}
 }
 
+// mergeBF16CRC is mergeBF16 that also returns the CRC-32C of dst, in one
+// pass where a kernel set has it; nt lets it write dst past the caches.
+var mergeBF16CRC = mergeBF16CRCGo
+
+func mergeBF16CRCGo(dst, r8, syms []byte, _ bool) uint32 {
+	mergeBF16(dst, r8, syms)
+	return crc(dst)
+}
+
 func mergeBF16Go(dst, r8, syms []byte) {
 	n := len(dst) / 2
 	r8, syms = r8[:n], syms[:n]

@@ -3,8 +3,11 @@
 package codec
 
 import (
+	"unsafe"
+
 	"github.com/klauspost/cpuid/v2"
 
+	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 	"github.com/zipccl/zipccl/backend/codec/internal/vperm"
 )
 
@@ -16,6 +19,12 @@ func symsBF16AVX512(syms, src *byte, n64 int)
 
 //go:noescape
 func mergeBF16AVX512(dst, r8, syms *byte, n64 int)
+
+// mergeBF16CRCAVX512 is mergeBF16AVX512 folding the output into a CRC-32C
+// (split_amd64.s).
+//
+//go:noescape
+func mergeBF16CRCAVX512(dst, r8, syms *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
 
 //go:noescape
 func splitBF16AVX2(r8, syms, src *byte, n32 int)
@@ -57,12 +66,18 @@ func useSplitKernels(name string) {
 	case name == "avx512" && hasAVX512:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Z, symsBF16Z, mergeBF16Z
 		splitFP16, mergeFP16 = splitFP16Z, mergeFP16Z
+		mergeBF16CRC = mergeBF16CRCGo
+		if crc32c.HasFold() {
+			mergeBF16CRC = mergeBF16CRCZ
+		}
 	case name == "avx2" && hasAVX2:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Y, symsBF16Y, mergeBF16Y
 		splitFP16, mergeFP16 = splitFP16Y, mergeFP16Y
+		mergeBF16CRC = mergeBF16CRCGo
 	default:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Go, symsBF16Go, mergeBF16Go
 		splitFP16, mergeFP16 = splitFP16Go, mergeFP16Go
+		mergeBF16CRC = mergeBF16CRCGo
 	}
 }
 
@@ -94,6 +109,37 @@ func mergeBF16Z(dst, r8, syms []byte) {
 		mergeBF16AVX512(&dst[0], &r8[0], &syms[0], m)
 	}
 	mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+}
+
+// mergeFoldK: the CRC fold constants of mergeBF16CRCAVX512 (shifts by
+// 1024, 512, 384, 256 and 128 bits).
+var mergeFoldK = func() (k [10]uint64) {
+	for i, d := range []int{1024, 512, 384, 256, 128} {
+		c := crc32c.FoldK(d)
+		k[2*i], k[2*i+1] = c[0], c[1]
+	}
+	return
+}()
+
+// mergeBF16CRCZ is mergeBF16Z returning the CRC-32C of dst, folded as the
+// kernel writes it; nt (with dst 64-byte aligned) streams the output past
+// the caches.
+func mergeBF16CRCZ(dst, r8, syms []byte, nt bool) uint32 {
+	n := len(dst) / 2
+	m := n / 64
+	var crc uint32
+	if m > 0 {
+		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
+		var f [16]byte
+		var ntb uint8
+		if nt && uintptr(unsafe.Pointer(&dst[0]))%64 == 0 {
+			ntb = 1
+		}
+		mergeBF16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntb)
+		crc = crc32c.FromFold(&f)
+	}
+	mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+	return crc32c.Update(crc, dst[128*m:])
 }
 
 // Index tables of the float16 byte split and merge: the low and the high

@@ -207,3 +207,111 @@ m2loop:
 m2done:
 	VZEROUPPER
 	RET
+
+// MERGE64 rebuilds 128 output bytes (Z9, then Z6) from 64 symbol bytes at
+// DX and 64 R8 bytes at SI, as mergeBF16AVX512's loop (Z24, Z29 the
+// interleave tables, Z25 = 0x80s).
+#define MERGE64 \
+	VMOVDQU64  (DX), Z1 \
+	VMOVDQU64  (SI), Z4 \
+	VPSLLW     $7, Z1, Z5 \
+	VMOVDQA64  Z25, Z6 \
+	VPTERNLOGD $0xCA, Z4, Z5, Z6 \
+	VPSRLW     $1, Z1, Z7 \
+	VMOVDQA64  Z25, Z8 \
+	VPTERNLOGD $0xCA, Z7, Z4, Z8 \
+	VMOVDQA64  Z6, Z9 \
+	VPERMT2B   Z8, Z24, Z9 \
+	VPERMT2B   Z8, Z29, Z6
+
+// MFOLD2 folds the 128 bytes in Z9, Z6 into the CRC accumulators Z11, Z12
+// (shift by 1024 bits, constants in Z17); Z18 holds the initial state until
+// the first fold (zip3's FOLD2).
+#define MFOLD2 \
+	VPCLMULQDQ $0x00, Z17, Z11, Z15 \
+	VPCLMULQDQ $0x11, Z17, Z11, Z11 \
+	VPTERNLOGD $0x96, Z15, Z9, Z11 \
+	VPXORQ     Z18, Z11, Z11 \
+	VPXORQ     Z18, Z18, Z18 \
+	VPCLMULQDQ $0x00, Z17, Z12, Z16 \
+	VPCLMULQDQ $0x11, Z17, Z12, Z12 \
+	VPTERNLOGD $0x96, Z16, Z6, Z12
+
+// func mergeBF16CRCAVX512(dst, r8, syms *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
+//
+// mergeBF16AVX512 that folds the output into a CRC-32C as it goes (state:
+// the complemented CRC so far; out: the 16-byte fold for crc32c.FromFold),
+// so the block is not read again for its checksum. nt != 0: non-temporal
+// stores (dst 64-byte aligned), fenced at the end. The fold reduction is
+// zip3's FOLDFINISH: k holds the constants for shifts by 1024, 512, 384,
+// 256 and 128 bits.
+TEXT ·mergeBF16CRCAVX512(SB), NOSPLIT, $0-57
+	MOVQ    dst+0(FP), DI
+	MOVQ    r8+8(FP), SI
+	MOVQ    syms+16(FP), DX
+	MOVQ    n64+24(FP), CX
+	MOVL    state+32(FP), BX
+	MOVQ    k+40(FP), R14
+	MOVBQZX nt+56(FP), R8
+	MOVQ    $0x80, AX
+	VPBROADCASTB AX, Z25
+	VMOVDQU64 silv0<>(SB), Z24
+	VMOVDQU64 silv1<>(SB), Z29
+	VBROADCASTI32X4 (R14), Z17
+	VPXORQ  Z11, Z11, Z11
+	VPXORQ  Z12, Z12, Z12
+	VMOVD   BX, X18
+	TESTQ   R8, R8
+	JNZ     ntloop
+
+cloop:
+	MERGE64
+	VMOVDQU64 Z9, (DI)
+	VMOVDQU64 Z6, 64(DI)
+	MFOLD2
+	ADDQ $128, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ CX
+	JNZ  cloop
+	JMP  finish
+
+ntloop:
+	MERGE64
+	VMOVNTDQ Z9, (DI)
+	VMOVNTDQ Z6, 64(DI)
+	MFOLD2
+	ADDQ $128, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ CX
+	JNZ  ntloop
+	SFENCE
+
+finish:
+	MOVQ out+48(FP), AX
+	VBROADCASTI32X4 16(R14), Z14
+	VPCLMULQDQ $0x00, Z14, Z11, Z15
+	VPCLMULQDQ $0x11, Z14, Z11, Z11
+	VPTERNLOGD $0x96, Z15, Z12, Z11
+	VEXTRACTI64X2 $1, Z11, X12
+	VEXTRACTI64X2 $2, Z11, X13
+	VEXTRACTI64X2 $3, Z11, X14
+	VMOVDQU 32(R14), X15
+	VPCLMULQDQ $0x00, X15, X11, X16
+	VPCLMULQDQ $0x11, X15, X11, X11
+	VPXORQ X16, X11, X11
+	VMOVDQU 48(R14), X15
+	VPCLMULQDQ $0x00, X15, X12, X16
+	VPCLMULQDQ $0x11, X15, X12, X12
+	VPXORQ X16, X12, X12
+	VMOVDQU 64(R14), X15
+	VPCLMULQDQ $0x00, X15, X13, X16
+	VPCLMULQDQ $0x11, X15, X13, X13
+	VPXORQ X16, X13, X13
+	VPXORQ X11, X12, X11
+	VPXORQ X13, X14, X13
+	VPXORQ X11, X13, X11
+	VMOVDQU X11, (AX)
+	VZEROUPPER
+	RET

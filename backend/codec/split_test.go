@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"testing"
+	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/codec/zip3"
 	"github.com/zipccl/zipccl/backend/dtype"
@@ -79,6 +80,39 @@ func TestKernelsSameFrames(t *testing.T) {
 						t.Fatalf("%v/%v: kernels %s/%s: %v", in.dt, k, zk, sk, err)
 					}
 					restore()
+				}
+			}
+		}
+	}
+}
+
+// TestMergeCRC checks mergeBF16CRC of every kernel set (the AVX-512 one folds
+// the CRC as it writes, with cached or non-temporal stores) against the
+// portable merge and checksum, on aligned and unaligned outputs.
+func TestMergeCRC(t *testing.T) {
+	defer useSplitKernels(bestSplit())
+	for _, n := range []int{0, 1, 63, 64, 65, 127, 128, 129, 1000, 4097, 65536} {
+		r8, syms := randomBytes(n, uint64(n)+1), randomBytes(n, uint64(n)+2)
+		want := make([]byte, 2*n)
+		mergeBF16Go(want, r8, syms)
+		wantCRC := crc(want)
+		for _, k := range splitKernels() {
+			useSplitKernels(k)
+			for _, off := range []int{0, 1, 32} {
+				for _, nt := range []bool{false, true} {
+					buf := make([]byte, 2*n+128+8)
+					a := 0
+					if len(buf) > 0 {
+						a = int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
+					}
+					dst := buf[a+off : a+off+2*n]
+					got := mergeBF16CRC(dst, r8, syms, nt)
+					if got != wantCRC || !bytes.Equal(dst, want) {
+						t.Fatalf("kernel %s n=%d off=%d nt=%v: crc %08x want %08x, bytes equal %v", k, n, off, nt, got, wantCRC, bytes.Equal(dst, want))
+					}
+					if !allZero(buf[a+off+2*n:]) || !allZero(buf[:a+off]) {
+						t.Fatalf("kernel %s n=%d: wrote outside dst", k, n)
+					}
 				}
 			}
 		}
