@@ -34,27 +34,30 @@
 // LOOKUP(B, P) decodes the entry under the low 11 bits of B: drops its bits
 // from B (the dependency chain: index, load, shift), stores its symbols (4
 // bytes, only count of them meant) at P and advances P by the count. An
-// entry of 0 changes nothing. Leaves ZF set when the count is 0.
+// entry of 0 changes nothing. The symbols and the count are loaded again
+// from the entry rather than shifted out of it: loads have ports to spare,
+// the shift ports are the kernel's bottleneck.
 #define LOOKUP(B, P) \
-	BZHIQ CX, B, AX \
-	MOVQ  (DI)(AX*8), BX \
-	SHRXQ BX, B, B \
-	RORXQ $32, BX, AX \
-	MOVL  AX, (P) \
-	SHRQ  $56, AX \
-	ADDQ  AX, P
+	BZHIQ   CX, B, AX \
+	MOVQ    (DI)(AX*8), BX \
+	SHRXQ   BX, B, B \
+	MOVL    4(DI)(AX*8), BX \
+	MOVL    BX, (P) \
+	MOVBQZX 3(DI)(AX*8), BX \
+	ADDQ    BX, P
 
 // LAST(B, P, K) is LOOKUP that records in stuck[K] whether the stream
 // stopped (an entry of 0 repeats until Go steps over it).
 #define LAST(B, P, K) \
-	BZHIQ CX, B, AX \
-	MOVQ  (DI)(AX*8), BX \
-	SHRXQ BX, B, B \
-	RORXQ $32, BX, AX \
-	MOVL  AX, (P) \
-	SHRQ  $56, AX \
-	SETEQ (64+K)(SI) \
-	ADDQ  AX, P
+	BZHIQ   CX, B, AX \
+	MOVQ    (DI)(AX*8), BX \
+	SHRXQ   BX, B, B \
+	MOVL    4(DI)(AX*8), BX \
+	MOVL    BX, (P) \
+	MOVBQZX 3(DI)(AX*8), BX \
+	TESTL   BX, BX \
+	SETEQ   (64+K)(SI) \
+	ADDQ    BX, P
 
 // func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
 TEXT ·decodeQuadBMI2(SB), NOSPLIT, $0-24
