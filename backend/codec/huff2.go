@@ -47,21 +47,6 @@ func (b *planeBufs) grow(n int) {
 	b.r16 = growBuf(b.r16, 2*n)
 }
 
-// huff2Merge rebuilds block dst from its planes.
-func huff2Merge(f zip3.Format, dst []byte, pl *[4][]byte, b *planeBufs) {
-	n := len(pl[0])
-	switch f {
-	case zip3.BF16, zip3.FP16:
-		mergeBF16(dst, pl[1], pl[0])
-	case zip3.FP32:
-		b.r16 = growBuf(b.r16, 2*n)
-		mergeFP16(b.r16[:2*n], pl[3], pl[2])
-		mergeFP32(dst, pl[1], b.r16[:2*n], pl[0], &b.hi)
-	default:
-		copy(dst, pl[0])
-	}
-}
-
 // huff2Encoder codes the planes of consecutive blocks; each plane keeps its
 // own table between blocks (reused when still good).
 type huff2Encoder struct {
@@ -145,10 +130,9 @@ func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int,
 		}
 		off += m
 	}
-	if f == zip3.BF16 || f == zip3.FP16 {
-		// the checksum is folded in as the block is written
-		return off, mergeBF16CRC(dst, pl[1], pl[0], nt), nil
+	// the checksum is folded in as the block is written
+	if f == zip3.FP32 {
+		return off, mergeFP32CRC(dst, &pl, nt), nil
 	}
-	huff2Merge(f, dst, &pl, &d.b)
-	return off, crc(dst), nil
+	return off, mergeBF16CRC(dst, pl[1], pl[0], nt), nil // bf16, fp16
 }

@@ -52,6 +52,27 @@ func mergeBF16CRCGo(dst, r8, syms []byte, _ bool) uint32 {
 	return crc(dst)
 }
 
+// mergeFP32CRC rebuilds float32 block dst from huff2's four byte planes
+// (section 4a) and returns its CRC-32C, in one pass where a kernel set has
+// it; nt lets it write dst past the caches.
+var mergeFP32CRC = mergeFP32CRCGo
+
+func mergeFP32CRCGo(dst []byte, pl *[4][]byte, _ bool) uint32 {
+	mergeFP32Planes(dst, pl, 0)
+	return crc(dst)
+}
+
+// mergeFP32Planes writes the elements from i0 on of dst from the planes:
+// bytes p3, p2, then the high half as mergeBF16 builds it.
+func mergeFP32Planes(dst []byte, pl *[4][]byte, i0 int) {
+	n := len(dst) / 4
+	p0, p1, p2, p3 := pl[0][i0:i0+n], pl[1][i0:i0+n], pl[2][i0:i0+n], pl[3][i0:i0+n]
+	for i := range p0 {
+		r, e := uint32(p1[i]), uint32(p0[i])
+		binary.LittleEndian.PutUint32(dst[4*i:], r&0x80<<24|e<<23|r&0x7f<<16|uint32(p2[i])<<8|uint32(p3[i]))
+	}
+}
+
 func mergeBF16Go(dst, r8, syms []byte) {
 	n := len(dst) / 2
 	r8, syms = r8[:n], syms[:n]

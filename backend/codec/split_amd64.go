@@ -26,6 +26,12 @@ func mergeBF16AVX512(dst, r8, syms *byte, n64 int)
 //go:noescape
 func mergeBF16CRCAVX512(dst, r8, syms *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
 
+// mergeFP32CRCAVX512 rebuilds float32 from huff2's four byte planes,
+// folding the output into a CRC-32C (split_amd64.s).
+//
+//go:noescape
+func mergeFP32CRCAVX512(dst, p0, p1, p2, p3 *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
+
 //go:noescape
 func splitBF16AVX2(r8, syms, src *byte, n32 int)
 
@@ -66,18 +72,18 @@ func useSplitKernels(name string) {
 	case name == "avx512" && hasAVX512:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Z, symsBF16Z, mergeBF16Z
 		splitFP16, mergeFP16 = splitFP16Z, mergeFP16Z
-		mergeBF16CRC = mergeBF16CRCGo
+		mergeBF16CRC, mergeFP32CRC = mergeBF16CRCGo, mergeFP32CRCGo
 		if crc32c.HasFold() {
-			mergeBF16CRC = mergeBF16CRCZ
+			mergeBF16CRC, mergeFP32CRC = mergeBF16CRCZ, mergeFP32CRCZ
 		}
 	case name == "avx2" && hasAVX2:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Y, symsBF16Y, mergeBF16Y
 		splitFP16, mergeFP16 = splitFP16Y, mergeFP16Y
-		mergeBF16CRC = mergeBF16CRCGo
+		mergeBF16CRC, mergeFP32CRC = mergeBF16CRCGo, mergeFP32CRCGo
 	default:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Go, symsBF16Go, mergeBF16Go
 		splitFP16, mergeFP16 = splitFP16Go, mergeFP16Go
-		mergeBF16CRC = mergeBF16CRCGo
+		mergeBF16CRC, mergeFP32CRC = mergeBF16CRCGo, mergeFP32CRCGo
 	}
 }
 
@@ -131,15 +137,36 @@ func mergeBF16CRCZ(dst, r8, syms []byte, nt bool) uint32 {
 	if m > 0 {
 		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
 		var f [16]byte
-		var ntb uint8
-		if nt && uintptr(unsafe.Pointer(&dst[0]))%64 == 0 {
-			ntb = 1
-		}
-		mergeBF16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntb)
+		mergeBF16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
 		crc = crc32c.FromFold(&f)
 	}
 	mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
 	return crc32c.Update(crc, dst[128*m:])
+}
+
+// mergeFP32CRCZ is mergeFP32CRC with the AVX-512 kernel for whole steps of
+// 64 elements.
+func mergeFP32CRCZ(dst []byte, pl *[4][]byte, nt bool) uint32 {
+	n := len(dst) / 4
+	m := n / 64
+	var crc uint32
+	if m > 0 {
+		_ = dst[256*m-1]
+		_, _, _, _ = pl[0][64*m-1], pl[1][64*m-1], pl[2][64*m-1], pl[3][64*m-1]
+		var f [16]byte
+		mergeFP32CRCAVX512(&dst[0], &pl[0][0], &pl[1][0], &pl[2][0], &pl[3][0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
+		crc = crc32c.FromFold(&f)
+	}
+	mergeFP32Planes(dst[256*m:], pl, 64*m)
+	return crc32c.Update(crc, dst[256*m:])
+}
+
+// ntOK: non-temporal stores only pay as whole aligned 64-byte lines.
+func ntOK(dst []byte, nt bool) uint8 {
+	if nt && uintptr(unsafe.Pointer(&dst[0]))%64 == 0 {
+		return 1
+	}
+	return 0
 }
 
 // Index tables of the float16 byte split and merge: the low and the high

@@ -224,18 +224,45 @@ m2done:
 	VPERMT2B   Z8, Z24, Z9 \
 	VPERMT2B   Z8, Z29, Z6
 
-// MFOLD2 folds the 128 bytes in Z9, Z6 into the CRC accumulators Z11, Z12
-// (shift by 1024 bits, constants in Z17); Z18 holds the initial state until
-// the first fold (zip3's FOLD2).
-#define MFOLD2 \
+// FOLDR(A, B) folds the 128 bytes in A, B into the CRC accumulators Z11,
+// Z12 (shift by 1024 bits, constants in Z17); Z18 holds the initial state
+// until the first fold (zip3's FOLD2).
+#define FOLDR(A, B) \
 	VPCLMULQDQ $0x00, Z17, Z11, Z15 \
 	VPCLMULQDQ $0x11, Z17, Z11, Z11 \
-	VPTERNLOGD $0x96, Z15, Z9, Z11 \
+	VPTERNLOGD $0x96, Z15, A, Z11 \
 	VPXORQ     Z18, Z11, Z11 \
 	VPXORQ     Z18, Z18, Z18 \
 	VPCLMULQDQ $0x00, Z17, Z12, Z16 \
 	VPCLMULQDQ $0x11, Z17, Z12, Z12 \
-	VPTERNLOGD $0x96, Z16, Z6, Z12
+	VPTERNLOGD $0x96, Z16, B, Z12
+
+// FOLDFIN reduces the accumulators Z11 (older), Z12 (newer) to the 16-byte
+// fold at (AX), constants at (R14) (zip3's FOLDFINISH).
+#define FOLDFIN \
+	VBROADCASTI32X4 16(R14), Z14 \
+	VPCLMULQDQ $0x00, Z14, Z11, Z15 \
+	VPCLMULQDQ $0x11, Z14, Z11, Z11 \
+	VPTERNLOGD $0x96, Z15, Z12, Z11 \
+	VEXTRACTI64X2 $1, Z11, X12 \
+	VEXTRACTI64X2 $2, Z11, X13 \
+	VEXTRACTI64X2 $3, Z11, X14 \
+	VMOVDQU 32(R14), X15 \
+	VPCLMULQDQ $0x00, X15, X11, X16 \
+	VPCLMULQDQ $0x11, X15, X11, X11 \
+	VPXORQ X16, X11, X11 \
+	VMOVDQU 48(R14), X15 \
+	VPCLMULQDQ $0x00, X15, X12, X16 \
+	VPCLMULQDQ $0x11, X15, X12, X12 \
+	VPXORQ X16, X12, X12 \
+	VMOVDQU 64(R14), X15 \
+	VPCLMULQDQ $0x00, X15, X13, X16 \
+	VPCLMULQDQ $0x11, X15, X13, X13 \
+	VPXORQ X16, X13, X13 \
+	VPXORQ X11, X12, X11 \
+	VPXORQ X13, X14, X13 \
+	VPXORQ X11, X13, X11 \
+	VMOVDQU X11, (AX)
 
 // func mergeBF16CRCAVX512(dst, r8, syms *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
 //
@@ -268,7 +295,7 @@ cloop:
 	MERGE64
 	VMOVDQU64 Z9, (DI)
 	VMOVDQU64 Z6, 64(DI)
-	MFOLD2
+	FOLDR(Z9, Z6)
 	ADDQ $128, DI
 	ADDQ $64, SI
 	ADDQ $64, DX
@@ -280,7 +307,7 @@ ntloop:
 	MERGE64
 	VMOVNTDQ Z9, (DI)
 	VMOVNTDQ Z6, 64(DI)
-	MFOLD2
+	FOLDR(Z9, Z6)
 	ADDQ $128, DI
 	ADDQ $64, SI
 	ADDQ $64, DX
@@ -290,28 +317,112 @@ ntloop:
 
 finish:
 	MOVQ out+48(FP), AX
-	VBROADCASTI32X4 16(R14), Z14
-	VPCLMULQDQ $0x00, Z14, Z11, Z15
-	VPCLMULQDQ $0x11, Z14, Z11, Z11
-	VPTERNLOGD $0x96, Z15, Z12, Z11
-	VEXTRACTI64X2 $1, Z11, X12
-	VEXTRACTI64X2 $2, Z11, X13
-	VEXTRACTI64X2 $3, Z11, X14
-	VMOVDQU 32(R14), X15
-	VPCLMULQDQ $0x00, X15, X11, X16
-	VPCLMULQDQ $0x11, X15, X11, X11
-	VPXORQ X16, X11, X11
-	VMOVDQU 48(R14), X15
-	VPCLMULQDQ $0x00, X15, X12, X16
-	VPCLMULQDQ $0x11, X15, X12, X12
-	VPXORQ X16, X12, X12
-	VMOVDQU 64(R14), X15
-	VPCLMULQDQ $0x00, X15, X13, X16
-	VPCLMULQDQ $0x11, X15, X13, X13
-	VPXORQ X16, X13, X13
-	VPXORQ X11, X12, X11
-	VPXORQ X13, X14, X13
-	VPXORQ X11, X13, X11
-	VMOVDQU X11, (AX)
+	FOLDFIN
+	VZEROUPPER
+	RET
+
+// word interleave tables (VPERMT2W): words 0..15, then 16..31, of two sources
+DATA wilv0<>+0(SB)/8, $0x0021000100200000
+DATA wilv0<>+8(SB)/8, $0x0023000300220002
+DATA wilv0<>+16(SB)/8, $0x0025000500240004
+DATA wilv0<>+24(SB)/8, $0x0027000700260006
+DATA wilv0<>+32(SB)/8, $0x0029000900280008
+DATA wilv0<>+40(SB)/8, $0x002b000b002a000a
+DATA wilv0<>+48(SB)/8, $0x002d000d002c000c
+DATA wilv0<>+56(SB)/8, $0x002f000f002e000e
+GLOBL wilv0<>(SB), RODATA|NOPTR, $64
+DATA wilv1<>+0(SB)/8, $0x0031001100300010
+DATA wilv1<>+8(SB)/8, $0x0033001300320012
+DATA wilv1<>+16(SB)/8, $0x0035001500340014
+DATA wilv1<>+24(SB)/8, $0x0037001700360016
+DATA wilv1<>+32(SB)/8, $0x0039001900380018
+DATA wilv1<>+40(SB)/8, $0x003b001b003a001a
+DATA wilv1<>+48(SB)/8, $0x003d001d003c001c
+DATA wilv1<>+56(SB)/8, $0x003f001f003e001e
+GLOBL wilv1<>(SB), RODATA|NOPTR, $64
+
+// MERGE32 rebuilds 256 output bytes (Z5, Z10, Z7, Z3) of 64 float32 from
+// their planes: exponent bytes at DX, sign|mantissa-top at SI, mantissa
+// bits 15..8 at R9 and 7..0 at R10. The high halves are MERGE64's words
+// (Z9, Z6), the low halves the byte pairs of R10 and R9; VPERMT2W pairs
+// them.
+#define MERGE32 \
+	MERGE64 \
+	VMOVDQU64  (R9), Z2 \
+	VMOVDQU64  (R10), Z10 \
+	VMOVDQA64  Z10, Z3 \
+	VPERMT2B   Z2, Z24, Z10 \
+	VPERMT2B   Z2, Z29, Z3 \
+	VMOVDQA64  Z10, Z5 \
+	VPERMT2W   Z9, Z26, Z5 \
+	VPERMT2W   Z9, Z27, Z10 \
+	VMOVDQA64  Z3, Z7 \
+	VPERMT2W   Z6, Z26, Z7 \
+	VPERMT2W   Z6, Z27, Z3
+
+// func mergeFP32CRCAVX512(dst, p0, p1, p2, p3 *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
+//
+// The float32 counterpart of mergeBF16CRCAVX512: 64 elements a step from
+// the four byte planes of huff2, 256 bytes written and folded into the CRC.
+TEXT ·mergeFP32CRCAVX512(SB), NOSPLIT, $0-73
+	MOVQ    dst+0(FP), DI
+	MOVQ    p0+8(FP), DX
+	MOVQ    p1+16(FP), SI
+	MOVQ    p2+24(FP), R9
+	MOVQ    p3+32(FP), R10
+	MOVQ    n64+40(FP), CX
+	MOVL    state+48(FP), BX
+	MOVQ    k+56(FP), R14
+	MOVBQZX nt+72(FP), R8
+	MOVQ    $0x80, AX
+	VPBROADCASTB AX, Z25
+	VMOVDQU64 silv0<>(SB), Z24
+	VMOVDQU64 silv1<>(SB), Z29
+	VMOVDQU64 wilv0<>(SB), Z26
+	VMOVDQU64 wilv1<>(SB), Z27
+	VBROADCASTI32X4 (R14), Z17
+	VPXORQ  Z11, Z11, Z11
+	VPXORQ  Z12, Z12, Z12
+	VMOVD   BX, X18
+	TESTQ   R8, R8
+	JNZ     nt32
+
+c32:
+	MERGE32
+	VMOVDQU64 Z5, (DI)
+	VMOVDQU64 Z10, 64(DI)
+	VMOVDQU64 Z7, 128(DI)
+	VMOVDQU64 Z3, 192(DI)
+	FOLDR(Z5, Z10)
+	FOLDR(Z7, Z3)
+	ADDQ $256, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ CX
+	JNZ  c32
+	JMP  fin32
+
+nt32:
+	MERGE32
+	VMOVNTDQ Z5, (DI)
+	VMOVNTDQ Z10, 64(DI)
+	VMOVNTDQ Z7, 128(DI)
+	VMOVNTDQ Z3, 192(DI)
+	FOLDR(Z5, Z10)
+	FOLDR(Z7, Z3)
+	ADDQ $256, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ CX
+	JNZ  nt32
+	SFENCE
+
+fin32:
+	MOVQ out+64(FP), AX
+	FOLDFIN
 	VZEROUPPER
 	RET

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 	"unsafe"
 
@@ -86,7 +87,7 @@ func TestKernelsSameFrames(t *testing.T) {
 	}
 }
 
-// TestMergeCRC checks mergeBF16CRC of every kernel set (the AVX-512 one folds
+// TestMergeCRC checks mergeBF16CRC and mergeFP32CRC of every kernel set (the AVX-512 one folds
 // the CRC as it writes, with cached or non-temporal stores) against the
 // portable merge and checksum, on aligned and unaligned outputs.
 func TestMergeCRC(t *testing.T) {
@@ -112,6 +113,34 @@ func TestMergeCRC(t *testing.T) {
 					}
 					if !allZero(buf[a+off+2*n:]) || !allZero(buf[:a+off]) {
 						t.Fatalf("kernel %s n=%d: wrote outside dst", k, n)
+					}
+				}
+			}
+		}
+		// float32 from four planes: against the element formula of FORMAT.md 4a
+		var pl [4][]byte
+		for i := range pl {
+			pl[i] = randomBytes(n, uint64(n)+10+uint64(i))
+		}
+		want32 := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			v := uint32(pl[1][i]&0x80)<<24 | uint32(pl[0][i])<<23 | uint32(pl[1][i]&0x7f)<<16 | uint32(pl[2][i])<<8 | uint32(pl[3][i])
+			binary.LittleEndian.PutUint32(want32[4*i:], v)
+		}
+		wantCRC = crc(want32)
+		for _, k := range splitKernels() {
+			useSplitKernels(k)
+			for _, off := range []int{0, 4} {
+				for _, nt := range []bool{false, true} {
+					buf := make([]byte, 4*n+128+8)
+					a := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
+					dst := buf[a+off : a+off+4*n]
+					got := mergeFP32CRC(dst, &pl, nt)
+					if got != wantCRC || !bytes.Equal(dst, want32) {
+						t.Fatalf("kernel %s n=%d off=%d nt=%v: float32 crc %08x want %08x, bytes equal %v", k, n, off, nt, got, wantCRC, bytes.Equal(dst, want32))
+					}
+					if !allZero(buf[a+off+4*n:]) || !allZero(buf[:a+off]) {
+						t.Fatalf("kernel %s n=%d: float32 wrote outside dst", k, n)
 					}
 				}
 			}
