@@ -127,11 +127,17 @@ func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
 				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
 			}
 			off += m
-			if p.f == zip3.BF16 {
+			// merged and checksummed in one pass
+			switch p.f {
+			case zip3.BF16:
 				got = mergeBF16CRC(out, bst, syms, d.z.Stream)
-			} else {
-				huffMerge(p.f, out, bst, syms, &d.hi)
-				got = crc(out)
+			case zip3.FP16:
+				got = mergeFP16CRC(out, bst, syms, d.z.Stream)
+			case zip3.FP32:
+				np := len(bst) / 3
+				got = mergeFP32WCRC(out, bst[:np], bst[np:], syms, &d.hi, d.z.Stream)
+			default:
+				got = crc(out) // fp8: the symbols are the elements
 			}
 		case Huff2:
 			if !allZero(idx[4:]) {

@@ -73,6 +73,24 @@ func mergeFP32Planes(dst []byte, pl *[4][]byte, i0 int) {
 	}
 }
 
+// mergeFP32WCRC is mergeFP32 (huff's float32: R8, R16 and the symbols, hi
+// the scratch of the high halves) returning the CRC-32C of dst; mergeFP16CRC is mergeFP16 likewise. One
+// pass where a kernel set has them; nt lets them write dst past the caches.
+var (
+	mergeFP32WCRC = mergeFP32WCRCGo
+	mergeFP16CRC  = mergeFP16CRCGo
+)
+
+func mergeFP32WCRCGo(dst, r8, r16, syms []byte, hi *[]byte, _ bool) uint32 {
+	mergeFP32(dst, r8, r16, syms, hi)
+	return crc(dst)
+}
+
+func mergeFP16CRCGo(dst, r8, syms []byte, _ bool) uint32 {
+	mergeFP16(dst, r8, syms)
+	return crc(dst)
+}
+
 func mergeBF16Go(dst, r8, syms []byte) {
 	n := len(dst) / 2
 	r8, syms = r8[:n], syms[:n]
@@ -205,19 +223,4 @@ func huffSyms(f zip3.Format, syms, src []byte) []byte {
 		return syms[:len(src)/2]
 	}
 	return src
-}
-
-// huffMerge rebuilds block dst from its residue arrays st and symbols.
-func huffMerge(f zip3.Format, dst, st, syms []byte, hi *[]byte) {
-	switch f {
-	case zip3.BF16:
-		mergeBF16(dst, st, syms)
-	case zip3.FP32:
-		np := len(st) / 3
-		mergeFP32(dst, st[:np], st[np:], syms, hi)
-	case zip3.FP16:
-		mergeFP16(dst, st, syms)
-	default:
-		copy(dst, syms)
-	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 	"github.com/zipccl/zipccl/backend/codec/internal/vperm"
+	"github.com/zipccl/zipccl/backend/codec/zip3"
 )
 
 //go:noescape
@@ -31,6 +32,18 @@ func mergeBF16CRCAVX512(dst, r8, syms *byte, n64 int, state uint32, k *[10]uint6
 //
 //go:noescape
 func mergeFP32CRCAVX512(dst, p0, p1, p2, p3 *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
+
+// mergeFP32WCRCAVX512 is mergeFP32CRCAVX512 with the low halves as words
+// (huff's R16).
+//
+//go:noescape
+func mergeFP32WCRCAVX512(dst, syms, r8, r16 *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
+
+// mergeFP16CRCAVX512 interleaves low and high bytes into float16, folding
+// the output into a CRC-32C.
+//
+//go:noescape
+func mergeFP16CRCAVX512(dst, lo, hi *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
 
 //go:noescape
 func splitBF16AVX2(r8, syms, src *byte, n32 int)
@@ -72,18 +85,15 @@ func useSplitKernels(name string) {
 	case name == "avx512" && hasAVX512:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Z, symsBF16Z, mergeBF16Z
 		splitFP16, mergeFP16 = splitFP16Z, mergeFP16Z
-		mergeBF16CRC, mergeFP32CRC = mergeBF16CRCGo, mergeFP32CRCGo
-		if crc32c.HasFold() {
-			mergeBF16CRC, mergeFP32CRC = mergeBF16CRCZ, mergeFP32CRCZ
-		}
+		setMergeCRC(crc32c.HasFold())
 	case name == "avx2" && hasAVX2:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Y, symsBF16Y, mergeBF16Y
 		splitFP16, mergeFP16 = splitFP16Y, mergeFP16Y
-		mergeBF16CRC, mergeFP32CRC = mergeBF16CRCGo, mergeFP32CRCGo
+		setMergeCRC(false)
 	default:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Go, symsBF16Go, mergeBF16Go
 		splitFP16, mergeFP16 = splitFP16Go, mergeFP16Go
-		mergeBF16CRC, mergeFP32CRC = mergeBF16CRCGo, mergeFP32CRCGo
+		setMergeCRC(false)
 	}
 }
 
@@ -159,6 +169,50 @@ func mergeFP32CRCZ(dst []byte, pl *[4][]byte, nt bool) uint32 {
 	}
 	mergeFP32Planes(dst[256*m:], pl, 64*m)
 	return crc32c.Update(crc, dst[256*m:])
+}
+
+// setMergeCRC selects the one-pass merge and checksum kernels (AVX-512 with
+// carry-less multiplies) or the portable merge then checksum.
+func setMergeCRC(z bool) {
+	if z {
+		mergeBF16CRC, mergeFP32CRC, mergeFP32WCRC, mergeFP16CRC = mergeBF16CRCZ, mergeFP32CRCZ, mergeFP32WCRCZ, mergeFP16CRCZ
+		return
+	}
+	mergeBF16CRC, mergeFP32CRC, mergeFP32WCRC, mergeFP16CRC = mergeBF16CRCGo, mergeFP32CRCGo, mergeFP32WCRCGo, mergeFP16CRCGo
+}
+
+// mergeFP32WCRCZ is mergeFP32WCRC with the AVX-512 kernel for whole steps.
+func mergeFP32WCRCZ(dst, r8, r16, syms []byte, hi *[]byte, nt bool) uint32 {
+	n := len(dst) / 4
+	m := n / 64
+	var crc uint32
+	if m > 0 {
+		_, _, _, _ = dst[256*m-1], r8[64*m-1], r16[128*m-1], syms[64*m-1]
+		var f [16]byte
+		mergeFP32WCRCAVX512(&dst[0], &syms[0], &r8[0], &r16[0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
+		crc = crc32c.FromFold(&f)
+	}
+	if t := n - 64*m; t > 0 {
+		*hi = growBuf(*hi, 2*t)
+		mergeBF16Go((*hi)[:2*t], r8[64*m:], syms[64*m:])
+		zip3.JoinHalves(dst[256*m:], (*hi)[:2*t], r16[128*m:128*m+2*t])
+	}
+	return crc32c.Update(crc, dst[256*m:])
+}
+
+// mergeFP16CRCZ is mergeFP16CRC with the AVX-512 kernel for whole steps.
+func mergeFP16CRCZ(dst, r8, syms []byte, nt bool) uint32 {
+	n := len(dst) / 2
+	m := n / 64
+	var crc uint32
+	if m > 0 {
+		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
+		var f [16]byte
+		mergeFP16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
+		crc = crc32c.FromFold(&f)
+	}
+	mergeFP16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+	return crc32c.Update(crc, dst[128*m:])
 }
 
 // ntOK: non-temporal stores only pay as whole aligned 64-byte lines.

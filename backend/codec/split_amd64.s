@@ -341,24 +341,56 @@ DATA wilv1<>+48(SB)/8, $0x003d001d003c001c
 DATA wilv1<>+56(SB)/8, $0x003f001f003e001e
 GLOBL wilv1<>(SB), RODATA|NOPTR, $64
 
-// MERGE32 rebuilds 256 output bytes (Z5, Z10, Z7, Z3) of 64 float32 from
-// their planes: exponent bytes at DX, sign|mantissa-top at SI, mantissa
-// bits 15..8 at R9 and 7..0 at R10. The high halves are MERGE64's words
-// (Z9, Z6), the low halves the byte pairs of R10 and R9; VPERMT2W pairs
-// them.
-#define MERGE32 \
-	MERGE64 \
+// LOW4 builds the low halves of 64 float32 (Z10: elements 0..31, Z3:
+// 32..63) from their byte planes: bits 7..0 at R10, 15..8 at R9.
+#define LOW4 \
 	VMOVDQU64  (R9), Z2 \
 	VMOVDQU64  (R10), Z10 \
 	VMOVDQA64  Z10, Z3 \
 	VPERMT2B   Z2, Z24, Z10 \
-	VPERMT2B   Z2, Z29, Z3 \
+	VPERMT2B   Z2, Z29, Z3
+
+// PAIRW pairs the low halves (Z10, Z3) with MERGE64's high halves (Z9, Z6)
+// into 256 output bytes: Z5, Z10, Z7, Z3.
+#define PAIRW \
 	VMOVDQA64  Z10, Z5 \
 	VPERMT2W   Z9, Z26, Z5 \
 	VPERMT2W   Z9, Z27, Z10 \
 	VMOVDQA64  Z3, Z7 \
 	VPERMT2W   Z6, Z26, Z7 \
 	VPERMT2W   Z6, Z27, Z3
+
+// MERGE32 rebuilds 256 output bytes (Z5, Z10, Z7, Z3) of 64 float32 from
+// their planes: exponent bytes at DX, sign|mantissa-top at SI, mantissa
+// bits 15..8 at R9 and 7..0 at R10.
+#define MERGE32 \
+	MERGE64 \
+	LOW4 \
+	PAIRW
+
+// STORE4 writes the 256 bytes of a float32 step at DI with I (VMOVDQU64
+// or VMOVNTDQ) and folds them into the CRC.
+#define STORE4(I) \
+	I Z5, (DI) \
+	I Z10, 64(DI) \
+	I Z7, 128(DI) \
+	I Z3, 192(DI) \
+	FOLDR(Z5, Z10) \
+	FOLDR(Z7, Z3)
+
+// CRCSET loads the merge tables and fold constants (R14) and the initial
+// state (BX).
+#define CRCSET \
+	MOVQ    $0x80, AX \
+	VPBROADCASTB AX, Z25 \
+	VMOVDQU64 silv0<>(SB), Z24 \
+	VMOVDQU64 silv1<>(SB), Z29 \
+	VMOVDQU64 wilv0<>(SB), Z26 \
+	VMOVDQU64 wilv1<>(SB), Z27 \
+	VBROADCASTI32X4 (R14), Z17 \
+	VPXORQ  Z11, Z11, Z11 \
+	VPXORQ  Z12, Z12, Z12 \
+	VMOVD   BX, X18
 
 // func mergeFP32CRCAVX512(dst, p0, p1, p2, p3 *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
 //
@@ -374,27 +406,13 @@ TEXT ·mergeFP32CRCAVX512(SB), NOSPLIT, $0-73
 	MOVL    state+48(FP), BX
 	MOVQ    k+56(FP), R14
 	MOVBQZX nt+72(FP), R8
-	MOVQ    $0x80, AX
-	VPBROADCASTB AX, Z25
-	VMOVDQU64 silv0<>(SB), Z24
-	VMOVDQU64 silv1<>(SB), Z29
-	VMOVDQU64 wilv0<>(SB), Z26
-	VMOVDQU64 wilv1<>(SB), Z27
-	VBROADCASTI32X4 (R14), Z17
-	VPXORQ  Z11, Z11, Z11
-	VPXORQ  Z12, Z12, Z12
-	VMOVD   BX, X18
+	CRCSET
 	TESTQ   R8, R8
 	JNZ     nt32
 
 c32:
 	MERGE32
-	VMOVDQU64 Z5, (DI)
-	VMOVDQU64 Z10, 64(DI)
-	VMOVDQU64 Z7, 128(DI)
-	VMOVDQU64 Z3, 192(DI)
-	FOLDR(Z5, Z10)
-	FOLDR(Z7, Z3)
+	STORE4(VMOVDQU64)
 	ADDQ $256, DI
 	ADDQ $64, SI
 	ADDQ $64, DX
@@ -406,12 +424,7 @@ c32:
 
 nt32:
 	MERGE32
-	VMOVNTDQ Z5, (DI)
-	VMOVNTDQ Z10, 64(DI)
-	VMOVNTDQ Z7, 128(DI)
-	VMOVNTDQ Z3, 192(DI)
-	FOLDR(Z5, Z10)
-	FOLDR(Z7, Z3)
+	STORE4(VMOVNTDQ)
 	ADDQ $256, DI
 	ADDQ $64, SI
 	ADDQ $64, DX
@@ -423,6 +436,111 @@ nt32:
 
 fin32:
 	MOVQ out+64(FP), AX
+	FOLDFIN
+	VZEROUPPER
+	RET
+
+// func mergeFP32WCRCAVX512(dst, syms, r8, r16 *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
+//
+// mergeFP32CRCAVX512 for huff's float32 blocks, whose low halves come as
+// 16-bit words (R16).
+TEXT ·mergeFP32WCRCAVX512(SB), NOSPLIT, $0-65
+	MOVQ    dst+0(FP), DI
+	MOVQ    syms+8(FP), DX
+	MOVQ    r8+16(FP), SI
+	MOVQ    r16+24(FP), R9
+	MOVQ    n64+32(FP), CX
+	MOVL    state+40(FP), BX
+	MOVQ    k+48(FP), R14
+	MOVBQZX nt+64(FP), R8
+	CRCSET
+	TESTQ   R8, R8
+	JNZ     ntw
+
+cw:
+	MERGE64
+	VMOVDQU64 (R9), Z10
+	VMOVDQU64 64(R9), Z3
+	PAIRW
+	STORE4(VMOVDQU64)
+	ADDQ $256, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $128, R9
+	DECQ CX
+	JNZ  cw
+	JMP  finw
+
+ntw:
+	MERGE64
+	VMOVDQU64 (R9), Z10
+	VMOVDQU64 64(R9), Z3
+	PAIRW
+	STORE4(VMOVNTDQ)
+	ADDQ $256, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $128, R9
+	DECQ CX
+	JNZ  ntw
+	SFENCE
+
+finw:
+	MOVQ out+56(FP), AX
+	FOLDFIN
+	VZEROUPPER
+	RET
+
+// func mergeFP16CRCAVX512(dst, lo, hi *byte, n64 int, state uint32, k *[10]uint64, out *[16]byte, nt uint8)
+//
+// Interleaves 64 low and 64 high bytes a step into float16 (huff's float16
+// blocks: R8 and the symbols), folding the output into the CRC.
+TEXT ·mergeFP16CRCAVX512(SB), NOSPLIT, $0-57
+	MOVQ    dst+0(FP), DI
+	MOVQ    lo+8(FP), SI
+	MOVQ    hi+16(FP), DX
+	MOVQ    n64+24(FP), CX
+	MOVL    state+32(FP), BX
+	MOVQ    k+40(FP), R14
+	MOVBQZX nt+56(FP), R8
+	CRCSET
+	TESTQ   R8, R8
+	JNZ     nt16
+
+c16:
+	VMOVDQU64 (SI), Z9
+	VMOVDQU64 (DX), Z8
+	VMOVDQA64 Z9, Z6
+	VPERMT2B  Z8, Z24, Z9
+	VPERMT2B  Z8, Z29, Z6
+	VMOVDQU64 Z9, (DI)
+	VMOVDQU64 Z6, 64(DI)
+	FOLDR(Z9, Z6)
+	ADDQ $128, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ CX
+	JNZ  c16
+	JMP  fin16
+
+nt16:
+	VMOVDQU64 (SI), Z9
+	VMOVDQU64 (DX), Z8
+	VMOVDQA64 Z9, Z6
+	VPERMT2B  Z8, Z24, Z9
+	VPERMT2B  Z8, Z29, Z6
+	VMOVNTDQ  Z9, (DI)
+	VMOVNTDQ  Z6, 64(DI)
+	FOLDR(Z9, Z6)
+	ADDQ $128, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ CX
+	JNZ  nt16
+	SFENCE
+
+fin16:
+	MOVQ out+48(FP), AX
 	FOLDFIN
 	VZEROUPPER
 	RET

@@ -87,7 +87,7 @@ func TestKernelsSameFrames(t *testing.T) {
 	}
 }
 
-// TestMergeCRC checks mergeBF16CRC and mergeFP32CRC of every kernel set (the AVX-512 one folds
+// TestMergeCRC checks the one-pass merge and checksum of every kernel set (the AVX-512 one folds
 // the CRC as it writes, with cached or non-temporal stores) against the
 // portable merge and checksum, on aligned and unaligned outputs.
 func TestMergeCRC(t *testing.T) {
@@ -114,6 +114,33 @@ func TestMergeCRC(t *testing.T) {
 					if !allZero(buf[a+off+2*n:]) || !allZero(buf[:a+off]) {
 						t.Fatalf("kernel %s n=%d: wrote outside dst", k, n)
 					}
+				}
+			}
+		}
+		// huff's float16 (R8, symbols) and float32 (R8, R16, symbols)
+		lo16, r16 := randomBytes(n, uint64(n)+20), randomBytes(2*n, uint64(n)+21)
+		want16, wantW := make([]byte, 2*n), make([]byte, 4*n)
+		useSplitKernels("go")
+		mergeFP16(want16, lo16, syms)
+		var hi []byte
+		mergeFP32(wantW, r8, r16, syms, &hi)
+		crc16, crcW := crc(want16), crc(wantW)
+		for _, k := range splitKernels() {
+			useSplitKernels(k)
+			for _, nt := range []bool{false, true} {
+				buf := make([]byte, 4*n+128+8)
+				a := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
+				d16, dW := buf[a:a+2*n], make([]byte, 4*n)
+				if got := mergeFP16CRC(d16, lo16, syms, nt); got != crc16 || !bytes.Equal(d16, want16) {
+					t.Fatalf("kernel %s n=%d nt=%v: float16 merge crc %08x want %08x", k, n, nt, got, crc16)
+				}
+				clear(buf)
+				dW = buf[a : a+4*n]
+				if got := mergeFP32WCRC(dW, r8, r16, syms, &hi, nt); got != crcW || !bytes.Equal(dW, wantW) {
+					t.Fatalf("kernel %s n=%d nt=%v: float32 (R16) merge crc %08x want %08x", k, n, nt, got, crcW)
+				}
+				if !allZero(buf[a+4*n:]) {
+					t.Fatalf("kernel %s n=%d: float32 (R16) wrote past dst", k, n)
 				}
 			}
 		}
