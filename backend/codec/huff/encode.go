@@ -29,7 +29,6 @@ const streamHdr = 16 // four uint32 stream lengths
 // The record never exceeds 1+len(syms) bytes (it falls back to ModeRaw).
 func (e *Encoder) AppendBlock(dst, syms []byte) []byte {
 	n := len(syms)
-	start := len(dst)
 	// sample histogram
 	e.hist = [256]uint32{}
 	step := sampleStride
@@ -61,6 +60,16 @@ func (e *Encoder) AppendBlock(dst, syms []byte) []byte {
 	if bits*uint64(n)/uint64(total) >= uint64(8*n) {
 		return appendRaw(dst, syms)
 	}
+	return e.appendStreams(dst, syms)
+}
+
+// appendStreams appends a Huffman record of syms under the table in
+// e.ctab/e.tbuf: the mode, the table, the four streams' lengths and the
+// streams. A record that would grow past len(syms) bytes (a sampled table
+// that fits the block badly) is written raw instead.
+func (e *Encoder) appendStreams(dst, syms []byte) []byte {
+	n := len(syms)
+	start := len(dst)
 	// worst case: every symbol escaped (MaxCodeLen+8 bits)
 	need := 1 + len(e.tbuf) + streamHdr + (n*(MaxCodeLen+8)+7)/8 + 4*8
 	dst = growCap(dst, need)

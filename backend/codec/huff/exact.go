@@ -1,9 +1,6 @@
 package huff
 
-import (
-	"encoding/binary"
-	"math"
-)
+import "math"
 
 // Exact-table mode (the huff2 frame kind, docs/FORMAT.md section 4a): the
 // table comes from the whole block's histogram, so every symbol present has
@@ -47,20 +44,8 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 	if 1+len(e.tbuf)+streamHdr+int(bits/8)+4 > min(limit, n) {
 		return appendRaw(dst, syms)
 	}
-	// the stream coders want room for escaped codes (18 bits) plus a store
-	need := 1 + len(e.tbuf) + streamHdr + (n*(MaxCodeLen+8)+7)/8 + 4*8
-	dst = growCap(dst, need)
-	dst = append(dst, ModeHuff)
-	dst = append(dst, e.tbuf...)
-	hdr := len(dst)
-	dst = dst[:hdr+streamHdr]
-	for k := 0; k < 4; k++ {
-		s0, s1 := k*n>>2, (k+1)*n>>2
-		w := encodeStreamFn(dst[len(dst):cap(dst)], syms[s0:s1], &e.ctab)
-		binary.LittleEndian.PutUint32(dst[hdr+4*k:], uint32(w))
-		dst = dst[:len(dst)+w]
-	}
-	return dst
+	// the size is known exactly: appendStreams never falls back here
+	return e.appendStreams(dst, syms)
 }
 
 // Screen is AppendExact's first check on a plane of n symbols
