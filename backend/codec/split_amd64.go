@@ -141,16 +141,31 @@ var mergeFoldK = func() (k [10]uint64) {
 // kernel writes it; nt (with dst 64-byte aligned) streams the output past
 // the caches.
 func mergeBF16CRCZ(dst, r8, syms []byte, nt bool) uint32 {
-	n := len(dst) / 2
-	m := n / 64
+	return merge16CRCZ(dst, r8, syms, nt, false)
+}
+
+// merge16CRCZ runs the two-plane merge+CRC kernel (float16's or bfloat16's)
+// over whole steps of 64 elements and the portable merge over the tail.
+// The kernels are called directly, not as func values, so f stays on the
+// stack (TestNoAllocs).
+func merge16CRCZ(dst, r8, syms []byte, nt, fp16 bool) uint32 {
+	m := len(dst) / 2 / 64
 	var crc uint32
 	if m > 0 {
 		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
 		var f [16]byte
-		mergeBF16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
+		if fp16 {
+			mergeFP16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
+		} else {
+			mergeBF16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
+		}
 		crc = crc32c.FromFold(&f)
 	}
-	mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+	if fp16 {
+		mergeFP16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+	} else {
+		mergeBF16Go(dst[128*m:], r8[64*m:], syms[64*m:])
+	}
 	return crc32c.Update(crc, dst[128*m:])
 }
 
@@ -202,17 +217,7 @@ func mergeFP32WCRCZ(dst, r8, r16, syms []byte, hi *[]byte, nt bool) uint32 {
 
 // mergeFP16CRCZ is mergeFP16CRC with the AVX-512 kernel for whole steps.
 func mergeFP16CRCZ(dst, r8, syms []byte, nt bool) uint32 {
-	n := len(dst) / 2
-	m := n / 64
-	var crc uint32
-	if m > 0 {
-		_, _, _ = dst[128*m-1], r8[64*m-1], syms[64*m-1]
-		var f [16]byte
-		mergeFP16CRCAVX512(&dst[0], &r8[0], &syms[0], m, ^uint32(0), &mergeFoldK, &f, ntOK(dst, nt))
-		crc = crc32c.FromFold(&f)
-	}
-	mergeFP16Go(dst[128*m:], r8[64*m:], syms[64*m:])
-	return crc32c.Update(crc, dst[128*m:])
+	return merge16CRCZ(dst, r8, syms, nt, true)
 }
 
 // ntOK: non-temporal stores only pay as whole aligned 64-byte lines.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -17,15 +18,8 @@ import (
 	"github.com/zipccl/zipccl/backend/transport"
 )
 
-// a2aHierLayouts: 2x2 (host-major and interleaved), 2x3, 3x2 (shuffled)
-// and 4x2.
-var a2aHierLayouts = []Hosts{
-	{{0, 1}, {2, 3}},
-	{{0, 2}, {1, 3}},
-	{{0, 1, 2}, {3, 4, 5}},
-	{{4, 0}, {1, 5}, {3, 2}},
-	{{0, 1}, {2, 3}, {4, 5}, {6, 7}},
-}
+// a2aHierLayouts: the other ops' layouts and 4x2.
+var a2aHierLayouts = append(slices.Clone(hierLayouts), Hosts{{0, 1}, {2, 3}, {4, 5}, {6, 7}})
 
 // hierSplit is the elements rank r sends rank j: uneven, with empty
 // blocks, and rank 1 sending nothing at all (so whole bundles are empty).

@@ -8,19 +8,7 @@ import (
 
 func rtExact(t testing.TB, e *Encoder, d *Decoder, syms []byte, gain int) []byte {
 	t.Helper()
-	rec := e.AppendExact(nil, syms, gain)
-	if len(rec) > len(syms)+1 {
-		t.Fatalf("expanded: %d > %d", len(rec), len(syms)+1)
-	}
-	out := make([]byte, len(syms))
-	m, err := d.DecodeBlock(out, rec)
-	if err != nil {
-		t.Fatalf("n=%d: %v", len(syms), err)
-	}
-	if m != len(rec) || !bytes.Equal(out, syms) {
-		t.Fatalf("n=%d mismatch (m=%d len=%d)", len(syms), m, len(rec))
-	}
-	return rec
+	return checkRecord(t, d, syms, e.AppendExact(nil, syms, gain))
 }
 
 // geometric symbols: P(k) ~ 2^-k/q, a long tail that plain Huffman codes

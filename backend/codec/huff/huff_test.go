@@ -34,7 +34,13 @@ func entropy(b []byte) float64 {
 
 func rt(t *testing.T, e *Encoder, d *Decoder, syms []byte) []byte {
 	t.Helper()
-	rec := e.AppendBlock(nil, syms)
+	return checkRecord(t, d, syms, e.AppendBlock(nil, syms))
+}
+
+// checkRecord: rec is at most one byte longer than syms and decodes to
+// them, consuming all of rec.
+func checkRecord(t testing.TB, d *Decoder, syms, rec []byte) []byte {
+	t.Helper()
 	if len(rec) > len(syms)+1 {
 		t.Fatalf("expanded: %d > %d", len(rec), len(syms)+1)
 	}
