@@ -158,7 +158,7 @@ func zc_codec_max_len(dt C.int32_t, shape *C.int64_t, ndim C.int32_t, kind C.int
 
 //export zc_codec_encode_tensor
 func zc_codec_encode_tensor(src unsafe.Pointer, nbytes C.int64_t, dt C.int32_t, shape *C.int64_t, ndim C.int32_t,
-	kind C.int32_t, dst unsafe.Pointer, capacity C.int64_t, outLen *C.int64_t, usedKind *C.int32_t,
+	kind C.int32_t, threads C.int32_t, dst unsafe.Pointer, capacity C.int64_t, outLen *C.int64_t, usedKind *C.int32_t,
 	errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
 	defer guard(&code, errBuf, errLen)
 	fail := func(err error) C.int32_t {
@@ -194,7 +194,7 @@ func zc_codec_encode_tensor(src unsafe.Pointer, nbytes C.int64_t, dt C.int32_t, 
 	// Encode appends to out[:0]: in place while the capacity lasts; if the
 	// encoder needs more room it moves to Go memory, and the result is
 	// copied back below when it fits.
-	res, err := codec.EncodeTensor(out[:0], in, d, dims, k)
+	res, used, err := codec.EncodeTensorThreads(out[:0], in, d, dims, k, int(threads))
 	if err != nil {
 		return fail(err)
 	}
@@ -211,7 +211,7 @@ func zc_codec_encode_tensor(src unsafe.Pointer, nbytes C.int64_t, dt C.int32_t, 
 		*outLen = C.int64_t(len(res))
 	}
 	if usedKind != nil {
-		*usedKind = C.int32_t(res[containerHeaderLen(len(dims))+5]) // frame header: kind byte
+		*usedKind = C.int32_t(used)
 	}
 	return C.ZC_OK
 }
@@ -268,7 +268,7 @@ func zc_codec_decode_header(src unsafe.Pointer, n C.int64_t, out *C.zc_codec_hea
 }
 
 //export zc_codec_decode_tensor
-func zc_codec_decode_tensor(src unsafe.Pointer, n C.int64_t, dst unsafe.Pointer, dstLen C.int64_t, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
+func zc_codec_decode_tensor(src unsafe.Pointer, n C.int64_t, dst unsafe.Pointer, dstLen C.int64_t, threads C.int32_t, errBuf *C.char, errLen C.int32_t) (code C.int32_t) {
 	defer guard(&code, errBuf, errLen)
 	fail := func(err error) C.int32_t {
 		writeErr(errBuf, errLen, err.Error())
@@ -289,7 +289,7 @@ func zc_codec_decode_tensor(src unsafe.Pointer, n C.int64_t, dst unsafe.Pointer,
 	if h.RawLen != len(out) {
 		return fail(fmt.Errorf("%w: destination is %d bytes, the tensor has %d", codec.ErrSize, len(out), h.RawLen))
 	}
-	if err := codec.DecodeTensor(out, in); err != nil {
+	if err := codec.DecodeTensorThreads(out, in, int(threads)); err != nil {
 		return fail(err)
 	}
 	return C.ZC_OK

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define ZC_ABI_VERSION 5
+#define ZC_ABI_VERSION 6
 
 /* Element types (match backend/dtype). */
 enum {
@@ -243,25 +243,28 @@ typedef struct {
 typedef int64_t (*zc_codec_max_len_fn)(int32_t dtype, const int64_t* shape,
                                        int32_t ndim, int32_t kind);
 /* Encodes src (nbytes = numel * element size, contiguous) as a tensor
- * container into dst[0..cap). On ZC_OK *out_len is the container length and
- * *used_kind the frame's kind (auto resolved; raw for uncoded dtypes or when
- * coding would not shrink the data). When cap is too small the result is
- * ZC_ERR_INVALID with *out_len set to the length needed. */
+ * container into dst[0..cap), on up to `threads` threads (ABI 6; the bytes
+ * are the same for every thread count). On ZC_OK *out_len is the container
+ * length and *used_kind the frame's kind (auto resolved; raw for uncoded
+ * dtypes or when coding would not shrink the data). When cap is too small
+ * the result is ZC_ERR_INVALID with *out_len set to the length needed. */
 typedef int32_t (*zc_codec_encode_tensor_fn)(
     const void* src, int64_t nbytes, int32_t dtype, const int64_t* shape,
-    int32_t ndim, int32_t kind, void* dst, int64_t cap, int64_t* out_len,
-    int32_t* used_kind, char* err, int32_t errlen);
+    int32_t ndim, int32_t kind, int32_t threads, void* dst, int64_t cap,
+    int64_t* out_len, int32_t* used_kind, char* err, int32_t errlen);
 /* Parses and checks the container's header and its frame header, and that
  * src holds exactly the whole container (no more, no less). Decodes nothing. */
 typedef int32_t (*zc_codec_decode_header_fn)(const void* src, int64_t len,
                                              zc_codec_header* out, char* err,
                                              int32_t errlen);
 /* Decodes the container src into dst, whose length must be the header's
- * raw_len. Every check of docs/FORMAT.md section 8 is made, CRCs included;
- * on error dst may hold partial output. */
+ * raw_len, on up to `threads` threads (ABI 6). Every check of
+ * docs/FORMAT.md section 8 is made, CRCs included; on error dst may hold
+ * partial output. */
 typedef int32_t (*zc_codec_decode_tensor_fn)(const void* src, int64_t len,
                                              void* dst, int64_t dst_len,
-                                             char* err, int32_t errlen);
+                                             int32_t threads, char* err,
+                                             int32_t errlen);
 /* Sampled estimate (at most 4096 elements) of the ratio raw / frame length
  * that kind would reach on src; *chosen_kind is the kind it estimated (auto
  * resolved). */

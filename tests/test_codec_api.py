@@ -10,9 +10,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import struct
 import subprocess
 import sys
 import threading
+import zlib
 
 import pytest
 import torch
@@ -275,46 +277,71 @@ def test_decompress_out_errors():
         zc.decompress(blob[:-1], out=torch.empty(1000, dtype=torch.float16))
 
 
-@pytest.mark.parametrize("codec", ["auto", "zip3", "huff2", "raw"])
-def test_chunked_container_threads(codec):
-    """threads > 1 cuts a tensor of >= 2 x 4 MiB into chunks of whole
-    blocks, coded and decoded in parallel (FORMAT.md 7a): bit for bit the
-    same tensor, about the same size, and inspect() reads it."""
-    t = gaussian((3, 1_500_000 + 4321), torch.bfloat16, seed=5)  # 9 MB: two chunks at most
+@pytest.mark.parametrize("codec", ["auto", "zip3", "huff", "huff2", "raw"])
+def test_threads_do_not_change_the_bytes(codec, monkeypatch):
+    """compress and decompress code one frame on several threads (runs of
+    2^18-element segments): the bytes are the same for every thread count
+    and CPU count, and every thread count decodes every blob."""
+    t = gaussian((3, 500_000 + 4321), torch.bfloat16, seed=5)  # 5.7 segments
     single = zc.compress(t, codec, threads=1)
     assert single[:4] == b"ZCCT"
-    for threads in (2, 3, 16):
-        blob = zc.compress(t, codec, threads=threads)
-        assert blob[:4] == b"ZCCM", threads
-        assert abs(len(blob) - len(single)) <= 4096
-        assert_bit_equal(zc.decompress(blob), t)
-        assert_bit_equal(zc.decompress(bytearray(blob)), t)
+    for threads in (2, 3, 16, None):
+        assert zc.compress(t, codec, threads=threads) == single, threads
+    for cpus in ({0}, {0, 1}, set(range(64))):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, c=cpus: c)
+        assert zc.compress(t, codec) == single, len(cpus)
+        assert_bit_equal(zc.decompress(single), t)
+    for threads in (1, 2, 5, None):
+        assert_bit_equal(zc.decompress(single, threads=threads), t)
         out = torch.empty(t.numel(), dtype=t.dtype)
-        assert zc.decompress(memoryview(blob), out=out) is out
+        assert zc.decompress(memoryview(single), out=out, threads=threads) is out
         assert torch.equal(bits(out.reshape(t.shape)), bits(t))
-        info = zc.inspect(blob)
-        assert info.dtype == t.dtype and info.shape == t.shape and info.compressed_bytes == len(blob)
-        assert info.raw_bytes == t.numel() * 2 and info.codec == zc.inspect(single).codec
-    # small tensors stay single-frame whatever is asked
-    assert zc.compress(t[:, :1000], codec, threads=8)[:4] == b"ZCCT"
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="threads"):
+            zc.compress(t, codec, threads=bad)
+        with pytest.raises(ValueError, match="threads"):
+            zc.decompress(single, threads=bad)
+    for bad in ("2", 2.0, True):
+        with pytest.raises(TypeError, match="threads"):
+            zc.compress(t, codec, threads=bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="threads"):
+            zc.decompress(single, threads=bad)  # type: ignore[arg-type]
 
 
-def test_chunked_default_does_not_depend_on_the_machine(monkeypatch):
-    """By default the chunks follow the tensor's size (one per 4 MiB), so a
-    checkpoint compressed on 2 cores and on 64 has the same bytes."""
-    t = gaussian((3, 1_500_000 + 4321), torch.bfloat16, seed=6)  # 9 MB: two chunks
-    blobs = set()
-    for cpus in (1, 2, 64):
-        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
-        blobs.add(zc.compress(t, "huff"))
-    assert len(blobs) == 1
-    (blob,) = blobs
-    assert blob[:4] == b"ZCCM" and blob == zc.compress(t, "huff", threads=2)
+def _chunked(t: torch.Tensor, codec: str, chunks: int) -> bytes:
+    """A chunked container (docs/FORMAT.md 7a), as compress wrote them for
+    tensors of 8 MiB or more before it coded one frame on several threads:
+    the header, then one 1-D container per run of whole 65536-element
+    blocks."""
+    flat = t.reshape(-1)
+    per = flat.numel() // 65536 // chunks * 65536
+    bounds = [i * per for i in range(chunks)] + [flat.numel()]
+    parts = [zc.compress(flat[a:b].clone(), codec) for a, b in zip(bounds, bounds[1:])]
+    head = bytearray(b"ZCCM") + bytes([1, zc._DTYPE_CODES[t.dtype], t.dim(), 0])
+    head += struct.pack(f"<{t.dim()}q", *t.shape) + struct.pack("<II", chunks, 0)
+    head += struct.pack(f"<{chunks}Q", *map(len, parts))
+    head += struct.pack("<I", zlib.crc32(head))
+    return bytes(head) + b"".join(parts)
 
 
-def test_chunked_container_damage_and_arguments():
+@pytest.mark.parametrize("codec", ["zip3", "huff2"])
+def test_chunked_container_still_reads(codec):
+    t = gaussian((3, 1_500_000 + 4321), torch.bfloat16, seed=5)
+    blob = _chunked(t, codec, 3)
+    for threads in (1, 2):
+        assert_bit_equal(zc.decompress(blob, threads=threads), t)
+    assert_bit_equal(zc.decompress(bytearray(blob)), t)
+    out = torch.empty(t.numel(), dtype=t.dtype)
+    assert zc.decompress(memoryview(blob), out=out) is out
+    assert torch.equal(bits(out.reshape(t.shape)), bits(t))
+    info = zc.inspect(blob)
+    assert info.dtype == t.dtype and info.shape == t.shape and info.compressed_bytes == len(blob)
+    assert info.raw_bytes == t.numel() * 2 and info.codec == codec
+
+
+def test_chunked_container_damage():
     t = gaussian((5_000_000,), torch.float16, seed=6)
-    blob = zc.compress(t, "huff", threads=2)
+    blob = _chunked(t, "huff", 2)
     for cut in (3, 10, 60, len(blob) // 2, len(blob) - 1):
         with pytest.raises(ValueError):
             zc.decompress(blob[:cut])
@@ -325,10 +352,6 @@ def test_chunked_container_damage_and_arguments():
         bad[pos] ^= 0x10
         with pytest.raises(ValueError):
             zc.decompress(bytes(bad))
-    with pytest.raises(ValueError):
-        zc.compress(t, "huff", threads=0)
-    with pytest.raises(TypeError):
-        zc.compress(t, "huff", threads="2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="elements"):
         zc.decompress(blob, out=torch.empty(10, dtype=torch.float16))
 

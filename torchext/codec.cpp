@@ -131,7 +131,7 @@ class MaybeRelease {
 };
 
 // (container bytes, kind used).
-py::tuple encode(const at::Tensor& tensor, int32_t kind) {
+py::tuple encode(const at::Tensor& tensor, int32_t kind, int32_t threads) {
   const Api& a = api();
   int32_t dtype = 0;
   at::Tensor c = plainCpu(tensor, dtype);
@@ -165,6 +165,7 @@ py::tuple encode(const at::Tensor& tensor, int32_t kind) {
         shape.data(),
         ndim,
         kind,
+        threads,
         PyBytes_AS_STRING(obj),
         cap,
         &len,
@@ -204,13 +205,18 @@ py::tuple header(const py::handle& data) {
 
 // Decodes the container in view into out (contiguous, CPU, of the header's
 // byte length; checked by the callers).
-void decodeInto(const Api& a, const ByteView& view, const zc_codec_header& h, at::Tensor& out) {
+void decodeInto(
+    const Api& a,
+    const ByteView& view,
+    const zc_codec_header& h,
+    at::Tensor& out,
+    int32_t threads) {
   char err[kErrBytes] = {0};
   int32_t rc = 0;
   {
     MaybeRelease nogil(h.raw_len);
     rc = a.codec_decode_tensor(
-        view.data(), view.size(), out.data_ptr(), h.raw_len, err, kErrBytes);
+        view.data(), view.size(), out.data_ptr(), h.raw_len, threads, err, kErrBytes);
   }
   if (rc != ZC_OK) {
     throwCodec(rc, err);
@@ -227,7 +233,7 @@ at::ScalarType typeOfHeader(const zc_codec_header& h) {
   return *type;
 }
 
-at::Tensor decode(const py::handle& data) {
+at::Tensor decode(const py::handle& data, int32_t threads) {
   const Api& a = api();
   ByteView view(data);
   zc_codec_header h = parseHeader(a, view);
@@ -241,14 +247,14 @@ at::Tensor decode(const py::handle& data) {
       " bytes for a frame of ",
       h.raw_len);
   adviseHugePages(out.data_ptr(), h.raw_len);
-  decodeInto(a, view, h, out);
+  decodeInto(a, view, h, out, threads);
   return out;
 }
 
 // Decodes into a caller's tensor, which must have the container's dtype and
 // element count and be a contiguous CPU tensor (its shape is left as it is).
 // Reusing one output tensor saves the page faults of fresh memory.
-void decodeIntoTensor(const py::handle& data, at::Tensor out) {
+void decodeIntoTensor(const py::handle& data, at::Tensor out, int32_t threads) {
   const Api& a = api();
   ByteView view(data);
   zc_codec_header h = parseHeader(a, view);
@@ -264,7 +270,7 @@ void decodeIntoTensor(const py::handle& data, at::Tensor out) {
         " with " + std::to_string(h.numel));
   }
   TORCH_CHECK(static_cast<int64_t>(out.nbytes()) == h.raw_len, "zipccl.codec: size mismatch");
-  decodeInto(a, view, h, out);
+  decodeInto(a, view, h, out, threads);
 }
 
 // (estimated ratio, kind estimated)
@@ -322,18 +328,21 @@ void bindCodec(py::module_& m) {
       &encode,
       py::arg("tensor"),
       py::arg("kind"),
-      "tensor -> (tensor container bytes, kind used)");
+      py::arg("threads") = 1,
+      "tensor, kind, threads -> (tensor container bytes, kind used)");
   m.def(
       "_codec_decode",
       &decode,
       py::arg("data"),
-      "tensor container (any contiguous buffer) -> tensor");
+      py::arg("threads") = 1,
+      "tensor container (any contiguous buffer), threads -> tensor");
   m.def(
       "_codec_decode_into",
       &decodeIntoTensor,
       py::arg("data"),
       py::arg("out"),
-      "tensor container, contiguous CPU tensor of its dtype and numel -> None (decoded into out)");
+      py::arg("threads") = 1,
+      "tensor container, contiguous CPU tensor of its dtype and numel, threads -> None (decoded into out)");
   m.def(
       "_codec_header",
       &header,

@@ -3,6 +3,7 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/zipccl/zipccl/backend/codec/huff"
 	"github.com/zipccl/zipccl/backend/codec/zip3"
@@ -27,22 +28,51 @@ func NewDecoder() *Decoder { return &Decoder{} }
 // truncated or corrupted input yields an error (never a panic, never a
 // silently wrong tensor); dst may then hold partial output.
 func (d *Decoder) Decode(dst, src []byte) (int, error) {
-	h, p, err := parseHeader(src)
+	st, dyn, p, err := frameParts(dst, src)
 	if err != nil {
 		return 0, err
 	}
-	if len(dst) != h.RawLen {
-		return 0, fmt.Errorf("%w: dst is %d bytes, frame holds %d", ErrSize, len(dst), h.RawLen)
-	}
-	if len(src) < h.FrameLen {
-		return 0, fmt.Errorf("%w: frame is %d bytes, have %d", ErrTruncated, h.FrameLen, len(src))
-	}
-	st := src[HeaderLen : HeaderLen+h.StaticLen]
-	dyn := src[HeaderLen+h.StaticLen : h.FrameLen]
 	if err := d.decode(dst, st, dyn, &p); err != nil {
 		return 0, err
 	}
-	return h.FrameLen, nil
+	return HeaderLen + len(st) + len(dyn), nil
+}
+
+// DecodeThreads is Decode on up to threads goroutines, each decoding a run
+// of the frame's blocks; the result is the same for every thread count.
+// Safe for concurrent use.
+func DecodeThreads(dst, src []byte, threads int) (int, error) {
+	st, dyn, p, err := frameParts(dst, src)
+	if err != nil {
+		return 0, err
+	}
+	if threads = min(threads, p.numel/segmentElems); threads <= 1 {
+		d := decPool.Get().(*Decoder)
+		defer decPool.Put(d)
+		err = d.decode(dst, st, dyn, &p)
+	} else {
+		err = decodeParallel(dst, st, dyn, &p, threads)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return HeaderLen + len(st) + len(dyn), nil
+}
+
+// frameParts checks the header of the frame at the start of src against
+// dst and returns the frame's static and dynamic parts and its plan.
+func frameParts(dst, src []byte) (st, dyn []byte, p plan, err error) {
+	h, p, err := parseHeader(src)
+	if err != nil {
+		return nil, nil, p, err
+	}
+	if len(dst) != h.RawLen {
+		return nil, nil, p, fmt.Errorf("%w: dst is %d bytes, frame holds %d", ErrSize, len(dst), h.RawLen)
+	}
+	if len(src) < h.FrameLen {
+		return nil, nil, p, fmt.Errorf("%w: frame is %d bytes, have %d", ErrTruncated, h.FrameLen, len(src))
+	}
+	return src[HeaderLen : HeaderLen+h.StaticLen], src[HeaderLen+h.StaticLen : h.FrameLen], p, nil
 }
 
 // DecodeSplit decodes a tensor from its static and dynamic parts (as made by
@@ -68,97 +98,213 @@ func (d *Decoder) DecodeSplit(dst, static, dynamic []byte, dt dtype.DType, k Kin
 }
 
 func (d *Decoder) decode(dst, st, dyn []byte, p *plan) error {
+	if err := p.checkFrame(st, dyn); err != nil {
+		return err
+	}
+	d.z.Stream = len(dst) >= decStreamMin
+	off, err := d.decodeBlocks(dst, st, dyn, p, 0, p.nblocks, 0)
+	if err != nil {
+		return err
+	}
+	return p.checkEnd(dyn, off)
+}
+
+// checkFrame makes the checks of a frame that come before its blocks.
+func (p *plan) checkFrame(st, dyn []byte) error {
 	if p.kind == Raw && len(dyn) != 0 {
 		return fmt.Errorf("%w: raw frame with a dynamic part", ErrCorrupt)
 	}
 	if !allZero(st[IndexEntry*p.nblocks : p.indexLen]) {
 		return fmt.Errorf("%w: index padding", ErrCorrupt)
 	}
-	d.z.Stream = len(dst) >= decStreamMin
-	off := 0 // position in dyn
-	var got uint32
-	for i := 0; i < p.nblocks; i++ {
-		e0, n, s0, sl := p.block(i)
-		out := dst[e0*p.size : (e0+n)*p.size]
-		idx := st[IndexEntry*i : IndexEntry*(i+1)]
-		bst := st[s0 : s0+sl]
-		switch p.kind {
-		case Raw:
-			if !allZero(idx[4:]) || !allZero(bst[len(out):]) {
-				return fmt.Errorf("%w: block %d: non-zero padding", ErrCorrupt, i)
-			}
-			copy(out, bst)
-			got = crc(out)
-		case Zip3:
-			cnt := int(binary.LittleEndian.Uint32(idx[4:]))
-			if !allZero(idx[10:]) {
-				return fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
-			}
-			if cnt > n || cnt > len(dyn)-off {
-				return fmt.Errorf("%w: block %d: %d escapes, %d bytes left", ErrCorrupt, i, cnt, len(dyn)-off)
-			}
-			w := zip3.Window{Mode: idx[8], Base: idx[9]}
-			d.z.Ahead = 0
-			if i+1 < p.nblocks {
-				d.z.Ahead = sl
-			}
-			c, err := d.z.DecodeBlock(out, bst, dyn[off:off+cnt], p.f, w)
-			if err != nil {
-				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
-			}
-			got = c
-			off += cnt
-		case Huff:
-			if !allZero(idx[4:]) {
-				return fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
-			}
-			syms := out // fp8: symbols are the elements
-			if p.f == zip3.BF16 || p.f == zip3.FP32 || p.f == zip3.FP16 {
-				if cap(d.syms) < n {
-					d.syms = make([]byte, 1<<huffBlockLog)
-				}
-				syms = d.syms[:n]
-				if !huffPadOK(p.f, bst, n) {
-					return fmt.Errorf("%w: block %d: non-zero padding", ErrCorrupt, i)
-				}
-			}
-			m, err := d.h.DecodeBlock(syms, dyn[off:])
-			if err != nil {
-				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
-			}
-			off += m
-			// merged and checksummed in one pass
-			switch p.f {
-			case zip3.BF16:
-				got = mergeBF16CRC(out, bst, syms, d.z.Stream)
-			case zip3.FP16:
-				got = mergeFP16CRC(out, bst, syms, d.z.Stream)
-			case zip3.FP32:
-				np := len(bst) / 3
-				got = mergeFP32WCRC(out, bst[:np], bst[np:], syms, &d.hi, d.z.Stream)
-			default:
-				got = crc(out) // fp8: the symbols are the elements
-			}
-		case Huff2:
-			if !allZero(idx[4:]) {
-				return fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
-			}
-			if d.h2 == nil {
-				d.h2 = new(huff2Decoder)
-			}
-			m, c, err := d.h2.decodeBlock(out, p.f, dyn[off:], n, d.z.Stream)
-			if err != nil {
-				return fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
-			}
-			off += m
-			got = c
-		}
-		if want := binary.LittleEndian.Uint32(idx[0:]); got != want {
-			return fmt.Errorf("%w: block %d: crc %08x, want %08x", ErrChecksum, i, got, want)
-		}
-	}
+	return nil
+}
+
+// checkEnd checks that the blocks used off bytes of the dynamic part and
+// the rest is padding.
+func (p *plan) checkEnd(dyn []byte, off int) error {
 	if alignUp(off) != len(dyn) || !allZero(dyn[off:]) {
 		return fmt.Errorf("%w: dynamic part is %d bytes, %d used", ErrCorrupt, len(dyn), off)
+	}
+	return nil
+}
+
+// decodeBlocks decodes blocks [i0, i1), whose dynamic bytes start at
+// dyn[off:], and returns the offset after them.
+func (d *Decoder) decodeBlocks(dst, st, dyn []byte, p *plan, i0, i1, off int) (int, error) {
+	for i := i0; i < i1; i++ {
+		m, err := d.decodeBlock(dst, st, dyn[off:], p, i)
+		if err != nil {
+			return off, err
+		}
+		off += m
+	}
+	return off, nil
+}
+
+// decodeBlock decodes block i, whose dynamic bytes start at dyn[0], and
+// returns how many of them it used.
+func (d *Decoder) decodeBlock(dst, st, dyn []byte, p *plan, i int) (int, error) {
+	e0, n, s0, sl := p.block(i)
+	out := dst[e0*p.size : (e0+n)*p.size]
+	idx := st[IndexEntry*i : IndexEntry*(i+1)]
+	bst := st[s0 : s0+sl]
+	var got uint32
+	used := 0
+	switch p.kind {
+	case Raw:
+		if !allZero(idx[4:]) || !allZero(bst[len(out):]) {
+			return 0, fmt.Errorf("%w: block %d: non-zero padding", ErrCorrupt, i)
+		}
+		copy(out, bst)
+		got = crc(out)
+	case Zip3:
+		cnt, err := zip3Escapes(idx, n, dyn, i)
+		if err != nil {
+			return 0, err
+		}
+		w := zip3.Window{Mode: idx[8], Base: idx[9]}
+		d.z.Ahead = 0
+		if i+1 < p.nblocks {
+			d.z.Ahead = sl
+		}
+		c, err := d.z.DecodeBlock(out, bst, dyn[:cnt], p.f, w)
+		if err != nil {
+			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
+		}
+		got = c
+		used = cnt
+	case Huff:
+		if !allZero(idx[4:]) {
+			return 0, fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
+		}
+		syms := out // fp8: symbols are the elements
+		if p.f == zip3.BF16 || p.f == zip3.FP32 || p.f == zip3.FP16 {
+			if cap(d.syms) < n {
+				d.syms = make([]byte, 1<<huffBlockLog)
+			}
+			syms = d.syms[:n]
+			if !huffPadOK(p.f, bst, n) {
+				return 0, fmt.Errorf("%w: block %d: non-zero padding", ErrCorrupt, i)
+			}
+		}
+		m, err := d.h.DecodeBlock(syms, dyn)
+		if err != nil {
+			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
+		}
+		used = m
+		// merged and checksummed in one pass
+		switch p.f {
+		case zip3.BF16:
+			got = mergeBF16CRC(out, bst, syms, d.z.Stream)
+		case zip3.FP16:
+			got = mergeFP16CRC(out, bst, syms, d.z.Stream)
+		case zip3.FP32:
+			np := len(bst) / 3
+			got = mergeFP32WCRC(out, bst[:np], bst[np:], syms, &d.hi, d.z.Stream)
+		default:
+			got = crc(out) // fp8: the symbols are the elements
+		}
+	case Huff2:
+		if !allZero(idx[4:]) {
+			return 0, fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
+		}
+		if d.h2 == nil {
+			d.h2 = new(huff2Decoder)
+		}
+		m, c, err := d.h2.decodeBlock(out, p.f, dyn, n, d.z.Stream)
+		if err != nil {
+			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
+		}
+		used = m
+		got = c
+	}
+	if want := binary.LittleEndian.Uint32(idx[0:]); got != want {
+		return 0, fmt.Errorf("%w: block %d: crc %08x, want %08x", ErrChecksum, i, got, want)
+	}
+	return used, nil
+}
+
+// zip3Escapes is the escape count of zip3 block i (index entry idx, n
+// elements), checked against the dyn bytes left.
+func zip3Escapes(idx []byte, n int, dyn []byte, i int) (int, error) {
+	cnt := int(binary.LittleEndian.Uint32(idx[4:]))
+	if !allZero(idx[10:]) {
+		return 0, fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
+	}
+	if cnt > n || cnt > len(dyn) {
+		return 0, fmt.Errorf("%w: block %d: %d escapes, %d bytes left", ErrCorrupt, i, cnt, len(dyn))
+	}
+	return cnt, nil
+}
+
+// dynLen is how many dynamic bytes block i uses, read from its index entry
+// or its records' headers without decoding it.
+func (p *plan) dynLen(st, dyn []byte, i int) (int, error) {
+	_, n, _, _ := p.block(i)
+	switch p.kind {
+	case Zip3:
+		return zip3Escapes(st[IndexEntry*i:IndexEntry*(i+1)], n, dyn, i)
+	case Huff:
+		m, err := huff.RecordLen(dyn, n)
+		if err != nil {
+			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
+		}
+		return m, nil
+	case Huff2:
+		m, err := huff2RecordsLen(p.f, dyn, n)
+		if err != nil {
+			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
+		}
+		return m, nil
+	}
+	return 0, nil
+}
+
+// decodeParallel is decode on up to threads goroutines, each taking a run
+// of whole blocks: the blocks are independent, and their dynamic offsets
+// are found first from the records' headers. The error reported is the
+// first block's that fails, as one thread would report.
+func decodeParallel(dst, st, dyn []byte, p *plan, threads int) error {
+	if err := p.checkFrame(st, dyn); err != nil {
+		return err
+	}
+	offs := make([]int, p.nblocks+1)
+	for i := range p.nblocks {
+		m, err := p.dynLen(st, dyn[offs[i]:], i)
+		if err != nil {
+			return err
+		}
+		offs[i+1] = offs[i] + m
+	}
+	if err := p.checkEnd(dyn, offs[p.nblocks]); err != nil {
+		return err
+	}
+	stream := len(dst) >= decStreamMin
+	errs := make([]error, threads)
+	var wg sync.WaitGroup
+	for t := range threads {
+		i0, i1 := t*p.nblocks/threads, (t+1)*p.nblocks/threads
+		wg.Go(func() {
+			d := decPool.Get().(*Decoder)
+			defer decPool.Put(d)
+			d.z.Stream = stream
+			off, err := d.decodeBlocks(dst, st, dyn[:offs[i1]], p, i0, i1, offs[i0])
+			if err == nil && off != offs[i1] {
+				err = fmt.Errorf("%w: blocks %d..%d used %d dynamic bytes, their headers say %d", ErrCorrupt, i0, i1-1, off-offs[i0], offs[i1]-offs[i0])
+			}
+			errs[t] = err
+		})
+	}
+	wg.Wait()
+	return firstErr(errs)
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

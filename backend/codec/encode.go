@@ -3,6 +3,8 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
+	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/codec/huff"
 	"github.com/zipccl/zipccl/backend/codec/zip3"
@@ -71,31 +73,112 @@ func (e *Encoder) Encode(dst, src []byte, dt dtype.DType, k Kind) ([]byte, error
 	}
 	e.pending = false
 	start := len(dst)
-	rawFrame := HeaderLen + mustPlan(p.numel, dt, Raw).staticLen
+	dst = grow(dst, encodeWant(&p))
+	dst = dst[:start+HeaderLen]
+	dst = e.appendStatic(dst, src, &p, true)
+	dst = e.appendDynamic(dst, src, &p, true)
+	return e.finish(dst, src, start, &p), nil
+}
+
+// encodeWant is the room Encode reserves for a frame of p (the result is
+// shorter; the rest lets the coders append without moving it).
+func encodeWant(p *plan) int {
 	want := HeaderLen + p.staticLen + Align
-	if p.kind == Huff {
+	switch p.kind {
+	case Huff:
 		want += p.numel + 3<<huffBlockLog
-	} else if p.kind == Huff2 {
+	case Huff2:
 		// every plane raw plus its mode byte, and the stream coder's room
 		want += p.numel*p.size + 4*p.nblocks + 3<<huff2BlockLog
-	} else if p.kind == Zip3 {
+	case Zip3:
 		want += p.numel / 16
 	}
-	dst = grow(dst, want)
-	dst = dst[:start+HeaderLen]
-	fused := p.kind == Huff || p.kind == Huff2
-	dst = e.appendStatic(dst, src, &p, fused)
-	dst = e.appendDynamic(dst, src, &p, fused)
+	return want
+}
+
+// finish pads the frame that starts at dst[start] and holds its static and
+// dynamic parts, falls back to the raw frame when that is shorter, and
+// writes the header.
+func (e *Encoder) finish(dst, src []byte, start int, p *plan) []byte {
 	dst = padTo(dst, start+HeaderLen+p.staticLen)
-	if len(dst)-start > rawFrame && p.kind != Raw {
-		p = mustPlan(p.numel, dt, Raw)
+	if rawFrame := HeaderLen + mustPlan(p.numel, p.dt, Raw).staticLen; len(dst)-start > rawFrame && p.kind != Raw {
+		*p = mustPlan(p.numel, p.dt, Raw)
 		e.kind = Raw
 		dst = grow(dst[:start], rawFrame)[:start+HeaderLen]
-		dst = e.appendStatic(dst, src, &p, false)
+		dst = e.appendStatic(dst, src, p, false)
 	}
-	putHeader(dst[start:], &p, len(dst)-start-HeaderLen-p.staticLen)
-	return dst, nil
+	putHeader(dst[start:], p, len(dst)-start-HeaderLen-p.staticLen)
+	return dst
 }
+
+// EncodeThreads is Encode on up to threads goroutines, each coding a run
+// of whole segments (segmentElems elements; the Huffman coders start a new
+// table at each, whatever the thread count), into the same frame as one
+// thread writes. Safe for concurrent use.
+func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte, Kind, error) {
+	e := encPool.Get().(*Encoder)
+	defer encPool.Put(e)
+	p, err := e.resolve(src, dt, k)
+	if err != nil {
+		return dst, 0, err
+	}
+	nseg := (p.numel + segmentElems - 1) / segmentElems
+	if threads = min(threads, p.numel/segmentElems); threads <= 1 {
+		dst, err = e.Encode(dst, src, dt, p.kind)
+		return dst, e.kind, err
+	}
+	start := len(dst)
+	dst = grow(dst, encodeWant(&p))[:start+HeaderLen+p.staticLen]
+	st := dst[start+HeaderLen:]
+	bounds := make([]int, threads+1) // block bounds of the threads' runs
+	for t := range bounds {
+		bounds[t] = min(p.nblocks, (t*nseg/threads*segmentElems)>>p.blockLog)
+	}
+	// thread 0 appends after the static part in place; the others into
+	// their own buffers, copied after it in order
+	clear(st[:p.indexLen])
+	dyns := make([][]byte, threads)
+	bufs := make([]*[]byte, threads) // the pooled buffers of threads 1..
+	var wg sync.WaitGroup
+	for t := range threads {
+		wg.Go(func() {
+			et := e
+			if t > 0 {
+				et = encPool.Get().(*Encoder)
+				defer encPool.Put(et)
+				bufs[t] = dynPool.Get().(*[]byte)
+				dyns[t] = (*bufs[t])[:0]
+				defer func() { *bufs[t] = dyns[t][:0] }() // keep what it grew to
+			} else {
+				dyns[t] = dst[len(dst):len(dst)]
+			}
+			dyns[t] = et.encodeBlocks(st, dyns[t], src, &p, bounds[t], bounds[t+1], true)
+		})
+	}
+	wg.Wait()
+	dst = appendMaybeInPlace(dst, dyns[0])
+	for _, d := range dyns[1:] {
+		dst = append(dst, d...)
+	}
+	for _, b := range bufs {
+		if b != nil {
+			dynPool.Put(b)
+		}
+	}
+	e.kind = p.kind
+	return e.finish(dst, src, start, &p), e.kind, nil
+}
+
+// segmentElems: the Huffman coders forget their table every this many
+// elements (a multiple of every block size), so that runs of segments can
+// be coded on separate threads into the frame one thread writes. A thread
+// is worth starting for a whole segment (both directions): on less, the
+// start and the uneven split cost more than it saves.
+const segmentElems = 1 << 18
+
+// dynPool holds the buffers that EncodeThreads's threads but the first
+// code into (reused: a fresh buffer per call costs more than the copy).
+var dynPool = sync.Pool{New: func() any { return new([]byte) }}
 
 func mustPlan(numel int, dt dtype.DType, k Kind) plan {
 	p, err := newPlan(numel, dt, k)
@@ -137,25 +220,45 @@ func (e *Encoder) EncodeDynamic(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// appendStatic appends p.staticLen bytes. With fused (Huff, Huff2) it also
-// codes each block and appends the records after the static part, so that
-// appendDynamic only pads.
+// appendStatic appends p.staticLen bytes. With fused it codes the blocks'
+// dynamic bytes too (escapes, records) and appends them after the static
+// part, so that appendDynamic only pads; without, zip3 keeps its escapes in
+// e.esc for appendDynamic.
 func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 	base := len(dst)
 	dst = dst[:base+p.staticLen]
 	clear(dst[base : base+p.indexLen])
-	e.esc = e.esc[:0]
-	e.h.Reset() // output depends on this tensor only
-	if p.kind == Huff2 {
-		if e.h2 == nil {
-			e.h2 = new(huff2Encoder)
-		}
-		e.h2.reset()
+	if !fused {
+		e.esc = e.encodeBlocks(dst[base:], e.esc[:0], src, p, 0, p.nblocks, false)
+		return dst
 	}
+	dyn := e.encodeBlocks(dst[base:], dst[len(dst):len(dst)], src, p, 0, p.nblocks, true)
+	return appendMaybeInPlace(dst, dyn)
+}
+
+// appendMaybeInPlace is append(dst, b...), where b may already sit right
+// after dst in its array (appended to dst[len(dst):len(dst)]).
+func appendMaybeInPlace(dst, b []byte) []byte {
+	if len(b) > 0 && cap(dst) > len(dst) && unsafe.SliceData(b) == unsafe.SliceData(dst[len(dst):cap(dst)]) {
+		return dst[:len(dst)+len(b)]
+	}
+	return append(dst, b...)
+}
+
+// encodeBlocks codes blocks [i0, i1) of src: their index entries and static
+// bytes go to st, the frame's static part (the index zeroed beforehand);
+// with dynamic, their escapes or records are appended to dyn, else only
+// zip3's escapes are. The Huffman coders start afresh at every segment.
+func (e *Encoder) encodeBlocks(st, dyn, src []byte, p *plan, i0, i1 int, dynamic bool) []byte {
 	e.z.Stream = len(src) >= encStreamMin
-	for i := 0; i < p.nblocks; i++ {
-		st := dst[base : base+p.staticLen] // dst may move when records are appended
+	if p.kind == Huff2 && e.h2 == nil {
+		e.h2 = new(huff2Encoder)
+	}
+	for i := i0; i < i1; i++ {
 		e0, n, s0, sl := p.block(i)
+		if e0%segmentElems == 0 { // output depends on this segment only
+			e.resetTables(p)
+		}
 		blk := src[e0*p.size : (e0+n)*p.size]
 		idx := st[IndexEntry*i : IndexEntry*(i+1)]
 		bst := st[s0 : s0+sl]
@@ -166,8 +269,8 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 			clear(bst[len(blk):])
 		case Huff2:
 			binary.LittleEndian.PutUint32(idx[0:], crc(blk))
-			if fused {
-				dst = e.h2.appendBlock(dst, p.f, blk, n)
+			if dynamic {
+				dyn = e.h2.appendBlock(dyn, p.f, blk, n)
 			}
 		case Zip3:
 			e.z.Ahead = 0
@@ -177,7 +280,7 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 			w := zip3.ChooseWindow(p.f, blk, n)
 			var cnt int
 			var c uint32
-			e.esc, cnt, c = e.z.EncodeBlock(bst, e.esc, blk, p.f, w)
+			dyn, cnt, c = e.z.EncodeBlock(bst, dyn, blk, p.f, w)
 			binary.LittleEndian.PutUint32(idx[0:], c)
 			binary.LittleEndian.PutUint32(idx[4:], uint32(cnt))
 			idx[8] = w.Mode
@@ -185,12 +288,22 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 		case Huff:
 			binary.LittleEndian.PutUint32(idx[0:], crc(blk))
 			syms := huffSplit(p.f, bst, e.symScratch(n), blk, &e.hi)
-			if fused {
-				dst = e.h.AppendBlock(dst, syms)
+			if dynamic {
+				dyn = e.h.AppendBlock(dyn, syms)
 			}
 		}
 	}
-	return dst
+	return dyn
+}
+
+// resetTables makes the Huffman coders of kind p.kind forget their tables.
+func (e *Encoder) resetTables(p *plan) {
+	switch p.kind {
+	case Huff:
+		e.h.Reset()
+	case Huff2:
+		e.h2.reset()
+	}
 }
 
 func (e *Encoder) symScratch(n int) []byte {
@@ -200,31 +313,28 @@ func (e *Encoder) symScratch(n int) []byte {
 	return e.syms[:n]
 }
 
-// appendDynamic appends the dynamic part, unpadded. fused: the Huff/Huff2 records
-// were already appended by appendStatic.
+// appendDynamic appends the dynamic part, unpadded. fused: appendStatic
+// already did.
 func (e *Encoder) appendDynamic(dst, src []byte, p *plan, fused bool) []byte {
+	if fused {
+		return dst
+	}
 	switch p.kind {
 	case Zip3:
 		dst = append(dst, e.esc...)
 		e.esc = e.esc[:0]
-	case Huff:
-		if fused {
-			return dst
-		}
-		e.h.Reset()
+	case Huff, Huff2:
 		for i := 0; i < p.nblocks; i++ {
 			e0, n, _, _ := p.block(i)
+			if e0%segmentElems == 0 {
+				e.resetTables(p)
+			}
 			blk := src[e0*p.size : (e0+n)*p.size]
-			dst = e.h.AppendBlock(dst, huffSyms(p.f, e.symScratch(n), blk))
-		}
-	case Huff2:
-		if fused {
-			return dst
-		}
-		e.h2.reset()
-		for i := 0; i < p.nblocks; i++ {
-			e0, n, _, _ := p.block(i)
-			dst = e.h2.appendBlock(dst, p.f, src[e0*p.size:(e0+n)*p.size], n)
+			if p.kind == Huff {
+				dst = e.h.AppendBlock(dst, huffSyms(p.f, e.symScratch(n), blk))
+			} else {
+				dst = e.h2.appendBlock(dst, p.f, blk, n)
+			}
 		}
 	}
 	return dst

@@ -9,6 +9,7 @@ targets=(
 	".:FuzzDecodeSplit"
 	".:FuzzDecodeTensor"
 	".:FuzzRoundTrip"
+	".:FuzzDecodeThreadsDamage"
 	"./zip3:FuzzDecodeBlock"
 	"./huff:FuzzDecodeBlock"
 	"./huff:FuzzRoundTrip"

@@ -61,6 +61,11 @@ func decodeBoth(t *testing.T, data []byte) {
 	if (err1 == nil) != (err2 == nil) || n1 != n2 {
 		t.Fatalf("kernels disagree: %v vs %v", err1, err2)
 	}
+	out4 := make([]byte, h.RawLen)
+	n4, err4 := DecodeThreads(out4, data, 3)
+	if (err1 == nil) != (err4 == nil) || n1 != n4 || (err1 == nil && !bytes.Equal(out1, out4)) {
+		t.Fatalf("one thread and three disagree: %v vs %v", err1, err4)
+	}
 	if err1 == nil {
 		if !bytes.Equal(out1, out2) {
 			t.Fatal("kernels decode differently")

@@ -136,3 +136,17 @@ func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int,
 	}
 	return off, mergeBF16CRC(dst, pl[1], pl[0], nt), nil // bf16, fp16
 }
+
+// huff2RecordsLen is the length of the records of one block of n elements
+// at the start of src, as decodeBlock reads them, found from their headers.
+func huff2RecordsLen(f zip3.Format, src []byte, n int) (int, error) {
+	off := 0
+	for range huff2Planes(f) {
+		m, err := huff.RecordLen(src[off:], n)
+		if err != nil {
+			return 0, err
+		}
+		off += m
+	}
+	return off, nil
+}

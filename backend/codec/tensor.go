@@ -43,15 +43,23 @@ func numelOf(shape []int64) (int, bool) {
 // kind k) for src to dst. len(src) must equal the product of shape times
 // dt.Size(). Safe for concurrent use.
 func EncodeTensor(dst, src []byte, dt dtype.DType, shape []int64, k Kind) ([]byte, error) {
+	dst, _, err := EncodeTensorThreads(dst, src, dt, shape, k, 1)
+	return dst, err
+}
+
+// EncodeTensorThreads is EncodeTensor on up to threads goroutines
+// (EncodeThreads: the same bytes for every thread count); it also returns
+// the frame's kind.
+func EncodeTensorThreads(dst, src []byte, dt dtype.DType, shape []int64, k Kind, threads int) ([]byte, Kind, error) {
 	if !dt.Valid() {
-		return dst, fmt.Errorf("%w: %v", ErrDType, dt)
+		return dst, 0, fmt.Errorf("%w: %v", ErrDType, dt)
 	}
 	if len(shape) > maxDims {
-		return dst, fmt.Errorf("%w: %d dimensions (max %d)", ErrSize, len(shape), maxDims)
+		return dst, 0, fmt.Errorf("%w: %d dimensions (max %d)", ErrSize, len(shape), maxDims)
 	}
 	n, ok := numelOf(shape)
 	if !ok || n*dt.Size() != len(src) {
-		return dst, fmt.Errorf("%w: shape %v of %v needs %d bytes, have %d", ErrSize, shape, dt, n*dt.Size(), len(src))
+		return dst, 0, fmt.Errorf("%w: shape %v of %v needs %d bytes, have %d", ErrSize, shape, dt, n*dt.Size(), len(src))
 	}
 	start := len(dst)
 	dst = append(dst, tensorMagic[:]...)
@@ -60,9 +68,7 @@ func EncodeTensor(dst, src []byte, dt dtype.DType, shape []int64, k Kind) ([]byt
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(d))
 	}
 	dst = binary.LittleEndian.AppendUint32(dst, crc(dst[start:]))
-	e := encPool.Get().(*Encoder)
-	defer encPool.Put(e)
-	return e.Encode(dst, src, dt, k)
+	return EncodeThreads(dst, src, dt, k, threads)
 }
 
 // DecodeTensorHeader parses a tensor container's header and the header of
@@ -119,7 +125,11 @@ func parseTensor(src []byte) (dtype.DType, []int64, int, Header, error) {
 // DecodeTensor decodes a tensor container into dst, whose length must equal
 // the raw length reported by DecodeTensorHeader. Trailing bytes after the
 // frame are an error. Safe for concurrent use.
-func DecodeTensor(dst, src []byte) error {
+func DecodeTensor(dst, src []byte) error { return DecodeTensorThreads(dst, src, 1) }
+
+// DecodeTensorThreads is DecodeTensor on up to threads goroutines
+// (DecodeThreads).
+func DecodeTensorThreads(dst, src []byte, threads int) error {
 	_, _, off, h, err := parseTensor(src)
 	if err != nil {
 		return err
@@ -130,8 +140,6 @@ func DecodeTensor(dst, src []byte) error {
 	if len(src)-off > h.FrameLen {
 		return fmt.Errorf("%w: %d bytes after the frame", ErrCorrupt, len(src)-off-h.FrameLen)
 	}
-	d := decPool.Get().(*Decoder)
-	defer decPool.Put(d)
-	_, err = d.Decode(dst, src[off:])
+	_, err = DecodeThreads(dst, src[off:], threads)
 	return err
 }

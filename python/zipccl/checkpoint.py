@@ -358,7 +358,8 @@ def _ordered(fn: Callable[[_Item], bytes], items: list[_Item], threads: int) -> 
 def compress_file(src: str, dst: str, *, codec: str = "auto", threads: int = 1, force: bool = False,
                   progress: bool = True) -> FileStats:
     """Compresses a safetensors or torch.save file into ``dst`` (see the
-    module docstring).
+    module docstring): up to ``threads`` tensors at once, each coded on up
+    to ``threads`` threads (the bytes are the same for any value).
 
     Raises:
         ValueError: src is neither format, or is corrupt or truncated; a
@@ -382,7 +383,7 @@ def compress_file(src: str, dst: str, *, codec: str = "auto", threads: int = 1, 
         def code(it: _Item) -> bytes:
             if "same_as" in it.entry:
                 return b""
-            return zc.compress(_as_coded(it), codec)
+            return zc.compress(_as_coded(it), codec, threads=threads)
 
         bar = _Progress(total, f"compress {os.path.basename(src)}", progress)
         try:
@@ -633,7 +634,8 @@ def configure(p: Any) -> None:
     c.add_argument("output", metavar="OUT")
     c.add_argument("--codec", default="auto", help="zipccl.codec codec for every tensor (default auto)")
     c.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1),
-                   help="tensors coded at once (default min(4, CPUs))")
+                   help="tensors coded at once, each on up to that many threads (default min(4, CPUs); "
+                        "the output is the same for any value)")
     d = sub.add_parser("decompress", help="restore a file made by `codec compress`")
     d.add_argument("input", metavar="IN")
     d.add_argument("output", metavar="OUT")

@@ -42,13 +42,13 @@ collectives the adaptive switcher keeps the Go codec's own auto
 huff's ratio), because there the coding time is on the critical path and
 the link speed decides what pays (docs/ARCHITECTURE.md).
 
-Threads: the Go codec codes one frame on one thread. By default
-``compress`` cuts a tensor of 8 MiB or more into chunks of whole blocks (one
-per 4 MiB, at most 16: the bytes depend on the tensor alone, not on the
-machine) and codes them in parallel on up to one thread per CPU into a
-chunked container (docs/FORMAT.md 7a), which ``decompress`` decodes in
-parallel; ``threads=N`` makes N chunks instead (at most one per 4 MiB), and
-``threads=1`` writes the single-frame container of section 7.
+Threads: ``compress`` and ``decompress`` code one frame on up to one
+thread per CPU by default (``threads=N`` for N, ``threads=1`` for one). The
+Huffman coders start a fresh table every 2^18 elements, and each thread
+takes a run of those segments (decode: of blocks), so the bytes are the
+same whatever the thread count or the machine. ``decompress`` still reads
+the chunked container (docs/FORMAT.md 7a) that compress wrote for tensors
+of 8 MiB or more before frames were coded on several threads.
 
 The first call loads the engine (libzipccl.so) like ``zipccl.info()`` does;
 it starts no process group and opens no socket.
@@ -61,9 +61,7 @@ import json
 import os
 import struct
 import sys
-import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -177,98 +175,55 @@ def compress(tensor: torch.Tensor, codec: str = "auto", *, threads: int | None =
         codec: ``"auto"`` (default: the smallest output of the coding
             kinds, decided on a sample; see the module docstring),
             ``"zip3"``, ``"huff"``, ``"huff2"`` or ``"raw"``.
-        threads: how many chunks to code in parallel. A tensor of at least
-            2 x 4 MiB is cut into chunks of whole 65536-element blocks,
-            coded on up to one thread per CPU into a chunked container
-            (docs/FORMAT.md 7a), which :func:`decompress` also decodes in
-            parallel. None (default): one chunk per 4 MiB, at most 16, so
-            the output is the same on every machine. N: N chunks (at most
-            one per 4 MiB). 1 writes the single-frame container of section 7.
+        threads: how many threads code the tensor: None (default) one
+            per CPU this process may run on, N at most N. The output is the
+            same for every value.
 
     Returns:
-        The tensor container: dtype, shape and one codec frame (or one per
-        chunk). Its length is at most the raw size plus a small header
-        (16 bytes of index per 65536 elements, 32 + 12 + 8*ndim bytes of
-        headers, padding to 128; per chunk, and 24 + 8*ndim + 8 per chunk
-        for a chunked one).
+        The tensor container: dtype, shape and one codec frame. Its length
+        is at most the raw size plus a small header (16 bytes of index per
+        65536 elements, 32 + 12 + 8*ndim bytes of headers, padding to 128).
 
     Raises:
-        TypeError: tensor is not a tensor, or codec not a str.
+        TypeError: tensor is not a tensor, codec not a str, threads not an
+            int or None.
         ValueError: unknown codec; tensor on CUDA/meta, sparse, or of an
             unsupported dtype (complex, quantized, uint16, ...); threads < 1.
     """
     kind = _kind_code(codec)
     t = _check_tensor(tensor, "compress")
-    bounds = _chunk_bounds(t.numel(), t.element_size(), threads)
+    n = _threads(threads, "compress")
     if kind == _KIND_CODES["auto"]:
         kind, whole = _auto_pick(t)
         if whole is not None:  # the trial encoded the whole tensor already
             return whole
-    if len(bounds) <= 2:
-        data, _used = _C()._codec_encode(t, kind)
-        return data
-    return _encode_chunked(t, kind, bounds)
+    data, _used = _C()._codec_encode(t, kind, n)
+    return data
+
+
+def _threads(threads: int | None, what: str) -> int:
+    """The thread count of a call: threads, or by default one per CPU this
+    process may run on."""
+    if threads is None:
+        try:
+            return len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return os.cpu_count() or 1
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"zipccl.codec.{what}: threads must be an int or None, got {type(threads).__name__}")
+    if threads < 1:
+        raise ValueError(f"zipccl.codec.{what}: threads must be >= 1, got {threads}")
+    return min(threads, 1 << 10)
 
 
 # ---------------------------------------------------------------- chunked containers
 #
-# A tensor of several chunks: each chunk is an ordinary 1-D container of
-# its run of elements, coded and decoded on its own thread (the codec
-# releases the GIL), so both directions scale with cores. The Go frame has
-# no parallel mode; chunking at this level needs no change to it.
+# A tensor cut into chunks, each an ordinary 1-D container of its run of
+# elements (docs/FORMAT.md 7a): how compress coded tensors of 8 MiB or more
+# on several threads before one frame could be. Read, no longer written.
 
 _CHUNK_MAGIC = b"ZCCM"
 _CHUNK_VERSION = 1
-_CHUNK_MIN_BYTES = 4 << 20  # a chunk worth a thread
-_CHUNK_ALIGN = 1 << 16  # chunk bounds on whole blocks of every kind
-_CHUNK_MAX = 16
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _threads_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=min(_CHUNK_MAX, os.cpu_count() or 1),
-                                       thread_name_prefix="zipccl-codec")
-        return _pool
-
-
-def _chunk_bounds(numel: int, size: int, threads: int | None) -> list[int]:
-    """Element offsets [0, ..., numel] of the chunks (two entries: one chunk)."""
-    if threads is None:  # by size alone: the same bytes on every machine
-        n = min(_CHUNK_MAX, numel * size // _CHUNK_MIN_BYTES)
-    else:
-        if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"zipccl.codec: threads must be an int or None, got {type(threads).__name__}")
-        if threads < 1:
-            raise ValueError(f"zipccl.codec: threads must be >= 1, got {threads}")
-        n = min(threads, _CHUNK_MAX, numel * size // _CHUNK_MIN_BYTES)
-    blocks = numel // _CHUNK_ALIGN
-    n = min(n, blocks)
-    if n <= 1:
-        return [0, numel]
-    per = blocks // n
-    return [i * per * _CHUNK_ALIGN for i in range(n)] + [numel]
-
-
-def _encode_chunked(t: torch.Tensor, kind: int, bounds: list[int]) -> bytes:
-    flat = t.reshape(-1)
-    if not flat.is_contiguous():
-        flat = flat.contiguous()
-    C = _C()
-    parts = list(_threads_pool().map(lambda ab: C._codec_encode(flat[ab[0]:ab[1]], kind)[0],
-                                     zip(bounds[:-1], bounds[1:])))
-    head = bytearray(_CHUNK_MAGIC)
-    head += bytes([_CHUNK_VERSION, _DTYPE_CODES[t.dtype], t.dim(), 0])
-    for d in t.shape:
-        head += struct.pack("<q", d)
-    head += struct.pack("<II", len(parts), 0)
-    for p in parts:
-        head += struct.pack("<Q", len(p))
-    head += struct.pack("<I", zlib.crc32(head))
-    return b"".join([bytes(head), *parts])
 
 
 def _parse_chunked(buf: BytesLike, what: str) -> tuple[torch.dtype, list[int], list[memoryview], int]:
@@ -309,7 +264,7 @@ def _parse_chunked(buf: BytesLike, what: str) -> tuple[torch.dtype, list[int], l
     return dtype, shape, parts, hl
 
 
-def _decode_chunked(buf: BytesLike, out: torch.Tensor | None) -> torch.Tensor:
+def _decode_chunked(buf: BytesLike, out: torch.Tensor | None, threads: int) -> torch.Tensor:
     dtype, shape, parts, _ = _parse_chunked(buf, "decompress")
     C = _C()
     numel = 1
@@ -334,8 +289,8 @@ def _decode_chunked(buf: BytesLike, out: torch.Tensor | None) -> torch.Tensor:
     starts = [0]
     for c in counts:
         starts.append(starts[-1] + c)
-    list(_threads_pool().map(lambda i: C._codec_decode_into(parts[i], flat[starts[i]:starts[i + 1]]),
-                             range(len(parts))))
+    for i, part in enumerate(parts):
+        C._codec_decode_into(part, flat[starts[i]:starts[i + 1]], threads)
     return result
 
 
@@ -397,13 +352,15 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
         for i in range(_AUTO_RUNS):
             ctypes.memmove(dst + i * run * size, src + i * stride * size, run * size)
     # raw first: a coding kind must beat it (on random bits huff can write
-    # a frame of raw blocks exactly as long as raw's)
+    # a frame of raw blocks exactly as long as raw's). One thread each: the
+    # sample is small, and a thread pool over the kinds cost more than it
+    # saved on 2 cores.
     best_kind = _KIND_CODES["raw"]
-    best_data, _ = C._codec_encode(sample, best_kind)
+    best_data, _ = C._codec_encode(sample, best_kind, 1)
     raw_len = len(best_data)
     for kind in _auto_kinds():
         try:
-            data, used = C._codec_encode(sample, kind)
+            data, used = C._codec_encode(sample, kind, 1)
         except ValueError:
             continue  # a kind this dtype does not have
         # Strictly smaller than raw; a tie among coding kinds goes to the
@@ -426,7 +383,7 @@ def _as_buffer(data: BytesLike, what: str) -> BytesLike:
     )
 
 
-def decompress(data: BytesLike, *, out: torch.Tensor | None = None) -> torch.Tensor:
+def decompress(data: BytesLike, *, out: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
     """Restores the tensor that :func:`compress` produced, bit for bit.
 
     The input is read in place (no copy of ``data``) and decoded straight
@@ -441,6 +398,8 @@ def decompress(data: BytesLike, *, out: torch.Tensor | None = None) -> torch.Ten
         out: optional contiguous CPU tensor with the data's dtype and element
             count (any shape; not requiring grad) to decode into. On error
             it may hold partial output.
+        threads: how many threads decode: None (default) one per CPU this
+            process may run on, N at most N.
 
     Returns:
         A new contiguous CPU tensor with the original dtype and shape, or
@@ -450,12 +409,14 @@ def decompress(data: BytesLike, *, out: torch.Tensor | None = None) -> torch.Ten
         ValueError: the data is not a tensor container, or is truncated,
             has trailing bytes, or is corrupted (every block's CRC-32C is
             checked), with the codec's message; or ``out`` does not fit.
-        TypeError: data is not a bytes-like object, or out not a tensor.
+        TypeError: data is not a bytes-like object, out not a tensor, or
+            threads not an int or None.
     """
     buf = _as_buffer(data, "decompress")
+    n = _threads(threads, "decompress")
     chunked = bytes(buf[:4]) == _CHUNK_MAGIC
     if out is None:
-        return _decode_chunked(buf, None) if chunked else _C()._codec_decode(buf)
+        return _decode_chunked(buf, None, n) if chunked else _C()._codec_decode(buf, n)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"zipccl.codec.decompress: out must be a torch.Tensor, got {type(out).__name__}")
     if out.requires_grad:
@@ -463,9 +424,9 @@ def decompress(data: BytesLike, *, out: torch.Tensor | None = None) -> torch.Ten
     if chunked:
         if out.device.type != "cpu" or out.layout != torch.strided or not out.is_contiguous():
             raise ValueError("zipccl.codec: out must be a contiguous CPU tensor")
-        _decode_chunked(buf, out)
+        _decode_chunked(buf, out, n)
     else:
-        _C()._codec_decode_into(buf, out)
+        _C()._codec_decode_into(buf, out, n)
     # an in-place write: autograd's saved-tensor checks must see it
     torch.autograd.graph.increment_version(out)
     return out

@@ -66,21 +66,11 @@ func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
 		d.buildLUT()
 		d.keyLen = copy(d.key[:], src[1:1+tl])
 	}
-	hdr := 1 + tl
-	if len(src) < hdr+streamHdr {
-		return 0, fmt.Errorf("%w: truncated stream header", ErrCorrupt)
+	starts, err := streamStarts(src, 1+tl)
+	if err != nil {
+		return 0, err
 	}
-	pos := hdr + streamHdr
-	var starts [5]int
-	starts[0] = pos
-	for k := 0; k < 4; k++ {
-		l := int(binary.LittleEndian.Uint32(src[hdr+4*k:]))
-		if l > len(src)-pos {
-			return 0, fmt.Errorf("%w: stream %d length %d past end", ErrCorrupt, k, l)
-		}
-		pos += l
-		starts[k+1] = pos
-	}
+	pos := starts[4]
 	src = src[:pos]
 	if useQuad && n >= quadMin {
 		if err := d.decodeQuad(out, src, &starts); err != nil {
@@ -96,6 +86,57 @@ func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
 		}
 	}
 	return pos, nil
+}
+
+// streamStarts reads the stream header at src[hdr:] of a Huffman record:
+// the offsets in src where its four streams start, and where the last ends.
+func streamStarts(src []byte, hdr int) ([5]int, error) {
+	var starts [5]int
+	if len(src) < hdr+streamHdr {
+		return starts, fmt.Errorf("%w: truncated stream header", ErrCorrupt)
+	}
+	pos := hdr + streamHdr
+	starts[0] = pos
+	for k := 0; k < 4; k++ {
+		l := int(binary.LittleEndian.Uint32(src[hdr+4*k:]))
+		if l > len(src)-pos {
+			return starts, fmt.Errorf("%w: stream %d length %d past end", ErrCorrupt, k, l)
+		}
+		pos += l
+		starts[k+1] = pos
+	}
+	return starts, nil
+}
+
+// RecordLen is the length of the record of n symbols at the start of src,
+// found from its headers without decoding it (to hand records to decoders
+// on other threads). Decoding it still checks all of it.
+func RecordLen(src []byte, n int) (int, error) {
+	if len(src) < 1 {
+		return 0, fmt.Errorf("%w: empty record", ErrCorrupt)
+	}
+	switch src[0] {
+	case ModeRaw:
+		if len(src) < 1+n {
+			return 0, fmt.Errorf("%w: truncated raw record", ErrCorrupt)
+		}
+		return 1 + n, nil
+	case ModeRLE:
+		if len(src) < 2 {
+			return 0, fmt.Errorf("%w: truncated rle record", ErrCorrupt)
+		}
+		return 2, nil
+	case ModeHuff:
+	default:
+		return 0, fmt.Errorf("%w: unknown record mode %d", ErrCorrupt, src[0])
+	}
+	var t table
+	tl, err := parseTable(src[1:], &t)
+	if err != nil {
+		return 0, err
+	}
+	starts, err := streamStarts(src, 1+tl)
+	return starts[4], err
 }
 
 // quadMin: below this many symbols a record's streams are too short for the

@@ -6,9 +6,10 @@ tensors). Each library is measured as a user calls it, bytes in and tensor
 out:
 
 * zipccl: ``zipccl.codec.compress(tensor, codec, threads=1)`` -> bytes and
-  ``zipccl.codec.decompress(bytes)`` -> a new tensor, for each ``--codecs``
-  entry except raw; and auto at its default threading (``threads=None``:
-  one chunk per CPU for tensors of 8 MiB and more, decoded in parallel).
+  ``zipccl.codec.decompress(bytes, threads=1)`` -> a new tensor, for each
+  ``--codecs`` entry except raw; and auto at its default threading
+  (``threads=None``: one thread per CPU, for tensors of two 2^18-element
+  segments or more).
 * ZipNN (when ``import zipnn`` works; ``--install-zipnn`` pip-installs
   ``zipnn==0.5.4``): ``ZipNN(input_format="torch", threads=N).compress(t)``
   -> bytes and ``ZipNN(input_format="torch", threads=N).decompress(bytes)``
@@ -90,10 +91,10 @@ def candidates(codecs: list[str], zipnn_threads: list[int]) -> list[Candidate]:
         if name == "raw":
             continue
         out.append(Candidate(f"zipccl {name}", "zipccl", "1",
-                             (lambda t, n=name: zc.compress(t, n, threads=1)), zc.decompress))
+                             (lambda t, n=name: zc.compress(t, n, threads=1)),
+                             (lambda b: zc.decompress(b, threads=1))))
     if "auto" in codecs and (os.cpu_count() or 1) > 1:
-        # its default: one chunk per CPU and per 4 MiB (so one thread below
-        # 8 MiB), coded and decoded in parallel
+        # its default: one thread per CPU, both ways
         out.append(Candidate("zipccl auto", "zipccl", f"default<={os.cpu_count()}",
                              (lambda t: zc.compress(t, "auto")), zc.decompress))
     zn = zipnn_module()
