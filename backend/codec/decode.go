@@ -39,14 +39,14 @@ func (d *Decoder) Decode(dst, src []byte) (int, error) {
 }
 
 // DecodeThreads is Decode on up to threads goroutines, each decoding a run
-// of the frame's blocks; the result is the same for every thread count.
-// Safe for concurrent use.
+// of the frame's blocks (at least decodeThreadElems elements); the result
+// is the same for every thread count. Safe for concurrent use.
 func DecodeThreads(dst, src []byte, threads int) (int, error) {
 	st, dyn, p, err := frameParts(dst, src)
 	if err != nil {
 		return 0, err
 	}
-	if threads = min(threads, p.numel/segmentElems); threads <= 1 {
+	if threads = min(threads, p.numel/decodeThreadElems); threads <= 1 {
 		d := decPool.Get().(*Decoder)
 		defer decPool.Put(d)
 		err = d.decode(dst, st, dyn, &p)
@@ -58,6 +58,11 @@ func DecodeThreads(dst, src []byte, threads int) (int, error) {
 	}
 	return HeaderLen + len(st) + len(dyn), nil
 }
+
+// decodeThreadElems: a decoding thread takes at least this many elements
+// (four huff blocks); on fewer, starting it and the uneven split cost more
+// than it saves. A variable for the tests.
+var decodeThreadElems = 1 << 18
 
 // frameParts checks the header of the frame at the start of src against
 // dst and returns the frame's static and dynamic parts and its plan.

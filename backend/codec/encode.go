@@ -114,7 +114,8 @@ func (e *Encoder) finish(dst, src []byte, start int, p *plan) []byte {
 // EncodeThreads is Encode on up to threads goroutines, each coding a run
 // of whole segments (segmentElems elements; the Huffman coders start a new
 // table at each, whatever the thread count), into the same frame as one
-// thread writes. Safe for concurrent use.
+// thread writes. Tensors below two segments are coded on one thread. Safe
+// for concurrent use.
 func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte, Kind, error) {
 	e := encPool.Get().(*Encoder)
 	defer encPool.Put(e)
@@ -171,10 +172,12 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 
 // segmentElems: the Huffman coders forget their table every this many
 // elements (a multiple of every block size), so that runs of segments can
-// be coded on separate threads into the frame one thread writes. A thread
-// is worth starting for a whole segment (both directions): on less, the
-// start and the uneven split cost more than it saves.
-const segmentElems = 1 << 18
+// be coded on separate threads into the frame one thread writes; a thread
+// is started for a whole segment at least. Kept tables spare the decoder
+// its lookup-table builds: resets every 2^18 elements cost fp16 decode 6
+// to 8 % (benchmarks/CODEC.md), every 2^22 nothing measurable. A variable
+// for the tests.
+var segmentElems = 1 << 22
 
 // dynPool holds the buffers that EncodeThreads's threads but the first
 // code into (reused: a fresh buffer per call costs more than the copy).

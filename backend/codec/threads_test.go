@@ -10,14 +10,22 @@ import (
 	"github.com/zipccl/zipccl/backend/dtype"
 )
 
+// smallSegments makes segments and decoding threads' runs 2^18 and 2^16
+// elements for the test, so that small tensors take several threads.
+func smallSegments(t testing.TB) {
+	seg, dec := segmentElems, decodeThreadElems
+	segmentElems, decodeThreadElems = 1<<18, 1<<16
+	t.Cleanup(func() { segmentElems, decodeThreadElems = seg, dec })
+}
+
 // Frames of several blocks decode the same on any number of threads, and a
 // damaged frame fails on every thread count that one thread fails on.
 func TestDecodeThreads(t *testing.T) {
+	smallSegments(t)
 	var e Encoder
 	for _, dt := range append(codedTypes, dtype.Int32) {
 		for _, k := range []Kind{Raw, Zip3, Huff, Huff2} {
-			// 3.1 segments: up to three threads; every kind has a
-			// short last block
+			// 3.1 segments: every kind has a short last block
 			n := 3*segmentElems + 1<<15 + 7
 			src := randomBytes(4*n, 2)
 			if dt != dtype.Int32 {
@@ -57,6 +65,7 @@ func TestDecodeThreads(t *testing.T) {
 // A frame coded on any number of threads is the one frame one thread
 // writes, split mode's included, for sizes around the segment size.
 func TestEncodeThreads(t *testing.T) {
+	smallSegments(t)
 	var e Encoder
 	for _, dt := range append(codedTypes, dtype.Int32) {
 		for _, k := range []Kind{Raw, Zip3, Huff, Huff2, Auto} {
@@ -92,6 +101,7 @@ func TestEncodeThreads(t *testing.T) {
 
 // A frame that falls back to raw does so on every thread count.
 func TestEncodeThreadsRawFallback(t *testing.T) {
+	smallSegments(t)
 	n := 2*segmentElems + 3
 	src := randomBytes(2*n, 5) // random exponents: zip3 escapes most of them
 	want, err := NewEncoder().Encode(nil, src, dtype.BFloat16, Zip3)
@@ -104,7 +114,7 @@ func TestEncodeThreadsRawFallback(t *testing.T) {
 
 func BenchmarkThreads(b *testing.B) {
 	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float16} {
-		src := gauss(dt, 1<<22, 0.02, 1)
+		src := gauss(dt, 2*segmentElems, 0.02, 1)
 		for _, threads := range []int{1, 2} {
 			frame, _, _ := EncodeThreads(nil, src, dt, Huff2, 1)
 			buf := make([]byte, 0, 2*len(src))
@@ -136,6 +146,7 @@ func FuzzDecodeThreadsDamage(f *testing.F) {
 	f.Add(uint8(2), uint8(2), uint32(300000), uint8(0xff), uint32(5), uint8(2))
 	frames := map[[2]uint8][]byte{}
 	f.Fuzz(func(t *testing.T, dti, ki uint8, p1 uint32, x1 uint8, p2 uint32, x2 uint8) {
+		smallSegments(t)
 		key := [2]uint8{dti % uint8(len(codedTypes)), ki % 4}
 		dt, k := codedTypes[key[0]], []Kind{Raw, Zip3, Huff, Huff2}[key[1]]
 		n := 3 * segmentElems

@@ -8,8 +8,8 @@ out:
 * zipccl: ``zipccl.codec.compress(tensor, codec, threads=1)`` -> bytes and
   ``zipccl.codec.decompress(bytes, threads=1)`` -> a new tensor, for each
   ``--codecs`` entry except raw; and auto at its default threading
-  (``threads=None``: one thread per CPU, for tensors of two 2^18-element
-  segments or more).
+  (``threads=None``: one thread per CPU, encoding tensors of 2^23 elements
+  or more and decoding those of 2^19 or more).
 * ZipNN (when ``import zipnn`` works; ``--install-zipnn`` pip-installs
   ``zipnn==0.5.4``): ``ZipNN(input_format="torch", threads=N).compress(t)``
   -> bytes and ``ZipNN(input_format="torch", threads=N).decompress(bytes)``
