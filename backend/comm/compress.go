@@ -170,7 +170,7 @@ func (c *Comm) decide(op *Op, t *task, size int) switcher.Step {
 		// R-th each per host), as an H-rank all_to_all of the whole payload.
 		in.Ranks = len(t.hosts)
 		if op.Kind != opkind.Broadcast && op.Kind != opkind.AllToAll {
-			in.Bytes = size / len(t.hosts[0])
+			in.Bytes = size / t.hosts.Rails()
 		}
 	}
 	t.keyed, t.key = ok && c.z.mode == switcher.Auto, switcher.KeyOf(in)

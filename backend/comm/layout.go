@@ -105,9 +105,10 @@ func hierarchyOption(opts map[string]string) (flat, allToAll bool, err error) {
 // hierarchy is the layout op runs hierarchically on, or nil for the flat
 // algorithms: all_reduce, reduce_scatter, all_gather, broadcast (above the
 // size the root sends directly to every rank) and, with hierarchy=all,
-// all_to_all, of host memory, on a group of equal hosts of several ranks
-// (zcoll.Hosts.Hierarchical, judged once, when the layout is learned from
-// the Store by the first call).
+// all_to_all, of host memory, on a group whose hosts hold several of its
+// ranks (zcoll.Hosts.Hierarchical, judged once, when the layout is learned
+// from the Store by the first call). all_reduce and broadcast take hosts
+// of any sizes; the others run flat unless every host holds as many.
 //
 // all_to_all is hierarchical only when asked for: its host links carry the
 // same bytes either way (each off-host block once), so the rails save only
@@ -140,5 +141,9 @@ func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	}
 	c.layout.mu.Lock()
 	defer c.layout.mu.Unlock()
-	return c.layout.hier, nil
+	h := c.layout.hier
+	if h != nil && !h.Equal() && op.Kind != opkind.AllReduce && op.Kind != opkind.Broadcast {
+		return nil, nil // reduce-scatter, all-gather, all-to-all: equal hosts only
+	}
+	return h, nil
 }

@@ -332,3 +332,66 @@ func TestHierarchicalDecisionCostsTheRail(t *testing.T) {
 	c.decide(a2a, hierA2A, 64<<20)
 	require.Equal(t, 64<<20, hierA2A.key.Bytes)
 }
+
+// Hosts of 3 and 1 ranks (interleaved): all_reduce runs hierarchically
+// (within each host, then across, on the one rail), coded or not;
+// reduce_scatter, which takes equal hosts only, runs flat (the bits of the
+// same call on one host).
+func TestHierarchicalUnequalHosts(t *testing.T) {
+	const numel = 30_001
+	data := func(rank, j int) []float32 {
+		rng := rand.New(rand.NewPCG(uint64(rank)+100, uint64(j)))
+		v := make([]float32, numel)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	x := [][]float32{data(0, 0), data(1, 0), data(2, 0), data(3, 0)}
+	hier, flat := make([]float32, numel), make([]float32, numel)
+	for i := range hier {
+		hier[i] = ((x[0][i] + x[2][i]) + x[3][i]) + x[1][i] // host {0, 2, 3}, then host {1}
+		flat[i] = ((x[0][i] + x[1][i]) + x[2][i]) + x[3][i]
+	}
+	require.False(t, bytes.Equal(f32s(hier...), f32s(flat...)), "the data tells the two orders apart")
+	reduceScatter := func(name string, ids []string, mode string) [][]byte {
+		r := newRigConfig(t, 4, func(rank int) Config {
+			return Config{Name: name, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode}}
+		})
+		outs := make([][]byte, 4)
+		for _, res := range r.everyRank(func(rank int) *Op {
+			in := make([][]byte, 4)
+			for j := range in {
+				in[j] = f32s(data(rank, 10+j)...)
+			}
+			outs[rank] = make([]byte, 4*numel)
+			return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
+		}) {
+			require.NoError(t, res.err)
+		}
+		return outs
+	}
+	oneHost := reduceScatter("unequal-one-host", []string{"x", "x", "x", "x"}, "never")
+	for _, mode := range []string{"never", "always"} {
+		t.Run(mode, func(t *testing.T) {
+			ids := []string{"a", "b", "a", "a"}
+			r := newRigConfig(t, 4, func(rank int) Config {
+				return Config{Name: "unequal-" + mode, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode}}
+			})
+			bufs := make([][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				bufs[rank] = f32s(x[rank]...)
+				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+			}) {
+				require.NoError(t, res.err)
+			}
+			for rank := range 4 {
+				require.True(t, bytes.Equal(f32s(hier...), bufs[rank]), "all_reduce rank %d", rank)
+			}
+			outs := reduceScatter("unequal-rs-"+mode, ids, mode)
+			for j := range 4 {
+				require.True(t, bytes.Equal(oneHost[j], outs[j]), "reduce_scatter block %d runs flat", j)
+			}
+		})
+	}
+}

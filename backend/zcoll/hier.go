@@ -38,16 +38,41 @@ import (
 type Hosts [][]int
 
 // Hierarchical says whether h calls for the hierarchical algorithms on a
-// group of n ranks: at least two hosts, every host with the same number of
-// ranks (at least two), every rank once, and the phases' message steps
-// within a Slot. Hosts of unequal size run the flat algorithms.
+// group of n ranks: at least two hosts, some host with several ranks,
+// every rank once, and the phases' message steps within a Slot. All-reduce
+// and broadcast take hosts of any sizes; reduce-scatter, all-gather and
+// all-to-all need Equal ones.
 func (h Hosts) Hierarchical(n int) bool {
-	return hosts.Equal(h, n) && h.phases()*h.stride() < maxSteps
+	return len(h) >= 2 && h.widest() >= 2 && hosts.Partition(h, n) && h.phases()*h.stride() < maxSteps
+}
+
+// Equal says whether every host holds the same number of ranks.
+func (h Hosts) Equal() bool {
+	return h.Rails() == h.widest()
+}
+
+// Rails is how many rails cross the hosts: the smallest host's rank count
+// (local indices 0..Rails-1 exist on every host).
+func (h Hosts) Rails() int {
+	r := len(h[0])
+	for _, host := range h {
+		r = min(r, len(host))
+	}
+	return r
+}
+
+// widest is the largest host's rank count.
+func (h Hosts) widest() int {
+	r := 0
+	for _, host := range h {
+		r = max(r, len(host))
+	}
+	return r
 }
 
 // stride is the steps one phase may use: its algorithm runs on at most
 // max(H, R) ranks.
-func (h Hosts) stride() int { return max(len(h), len(h[0])) + 2 }
+func (h Hosts) stride() int { return max(len(h), h.widest()) + 2 }
 
 // phases is the most phases an operation runs: per piece, all-gather's
 // and reduce-scatter's H + 1, all-reduce's 3.
@@ -95,9 +120,12 @@ type hier struct {
 	a           *Args
 }
 
-func newHier(op string, c collective.VarConn, a *Args, h Hosts) (*hier, error) {
+func newHier(op string, c collective.VarConn, a *Args, h Hosts, equal bool) (*hier, error) {
 	if !h.Hierarchical(c.Size()) {
 		return nil, fmt.Errorf("zcoll: %s: layout %v is not hierarchical for a group of %d", op, h, c.Size())
+	}
+	if equal && !h.Equal() {
+		return nil, fmt.Errorf("zcoll: %s: the hierarchical algorithm needs hosts of equal size, not %v", op, h)
 	}
 	if _, dev := a.Coder.(DeviceMemory); dev {
 		return nil, fmt.Errorf("zcoll: %s: the hierarchical algorithms run on host memory only", op)
@@ -193,15 +221,17 @@ func gather(ctx context.Context, r *run, dst [][]byte) error {
 }
 
 // HierAllReduce is AllReduce (same contract) run hierarchically over hosts
-// h, the buffer pipelined in pieces. Each piece is cut into R chunks
-// (collective's split, chunk l for local index l), then: a reduce-scatter
+// h, of any sizes, the buffer pipelined in pieces. Each piece is cut into
+// one chunk per rail (collective's split, chunk l for local index l; the
+// local indices past the smallest host's own none), then: a reduce-scatter
 // inside each host leaves the host's partial of chunk l on its local rank
 // l; on each rail the two-shot AllReduce (coded as the Plan says) sums the
 // hosts' partials; a direct all-gather inside each host hands every chunk
-// to every rank.
+// to every rank. Each host's NIC carries 2*M*(H-1)/H bytes whatever its
+// rank count.
 func HierAllReduce(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
 	const op = "allreduce"
-	x, err := newHier(op, c, &a, h)
+	x, err := newHier(op, c, &a, h, false)
 	if err != nil {
 		return err
 	}
@@ -216,7 +246,15 @@ func HierAllReduce(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 		return nil
 	}
 	n := piecesOf(len(data))
-	chunks := func(k int) [][]byte { return bufs.Split(piece([][]byte{data}, n, k, x.es)[0], len(h[0]), x.es) }
+	rails := h.Rails()
+	chunks := func(k int) [][]byte {
+		p := piece([][]byte{data}, n, k, x.es)[0]
+		ch := bufs.Split(p, rails, x.es)
+		for len(ch) < len(h[x.host]) {
+			ch = append(ch, p[len(p):])
+		}
+		return ch
+	}
 	return pipeline(ctx, n,
 		func(ctx context.Context, k int) error {
 			r, err := x.intra(3 * k)
@@ -227,6 +265,9 @@ func HierAllReduce(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 			return r.reduceScatter(ctx, a.Op, ch, ch[x.local], rsHooks{})
 		},
 		func(ctx context.Context, k int) error {
+			if x.local >= rails {
+				return nil // on no rail: its host's rails carry its chunks
+			}
 			mine := chunks(k)[x.local]
 			rail := a
 			rail.In, rail.Out = [][]byte{mine}, [][]byte{mine}
@@ -248,7 +289,7 @@ func HierAllReduce(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 // reduce-scatter of those partials.
 func HierReduceScatter(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
 	const op = "reducescatter"
-	x, err := newHier(op, c, &a, h)
+	x, err := newHier(op, c, &a, h, true)
 	if err != nil {
 		return err
 	}
@@ -292,7 +333,7 @@ func HierReduceScatter(ctx context.Context, c collective.VarConn, a Args, h Host
 // host an all-gather per host h' of what the rails brought from h'.
 func HierAllGather(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
 	const op = "allgather"
-	x, err := newHier(op, c, &a, h)
+	x, err := newHier(op, c, &a, h, true)
 	if err != nil {
 		return err
 	}

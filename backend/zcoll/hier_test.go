@@ -49,16 +49,32 @@ func TestHostsHierarchical(t *testing.T) {
 	require.True(t, Hosts{{3, 1}, {0, 2}}.Hierarchical(4))
 	require.False(t, Hosts{{0, 1, 2, 3}}.Hierarchical(4), "one host")
 	require.False(t, Hosts{{0}, {1}, {2}, {3}}.Hierarchical(4), "one rank per host")
-	require.False(t, Hosts{{0, 1, 2}, {3}}.Hierarchical(4), "unequal hosts run flat")
+	require.True(t, Hosts{{0, 1, 2}, {3}}.Hierarchical(4), "unequal hosts")
+	require.False(t, Hosts{{0, 1, 2}, {3}}.Equal())
+	require.Equal(t, 1, Hosts{{0, 1, 2}, {3}}.Rails())
+	require.Equal(t, 2, Hosts{{0, 1, 2}, {3, 4}, {5, 6, 7}}.Rails())
+	require.True(t, Hosts{{3, 1}, {0, 2}}.Equal())
 	require.False(t, Hosts{{0, 1}, {1, 2}}.Hierarchical(4), "a rank twice")
 	require.False(t, Hosts{{0, 1}, {2, 3}}.Hierarchical(5), "not every rank")
+}
+
+// unequalLayouts: hosts of different sizes (all-reduce and broadcast run
+// hierarchically on them; the rails are the smallest host's local indices).
+var unequalLayouts = []Hosts{
+	{{0, 1, 2}, {3}},
+	{{0, 1}, {2}, {3}},
+	{{3, 0, 4}, {1, 2}},
+	{{5, 1, 6}, {0, 2}, {3, 4, 7}},
 }
 
 func TestHierAllReduce(t *testing.T) {
 	defer func(v int) { hierPieceMin = v }(hierPieceMin)
 	hierPieceMin = 1000 // every buffer below is pipelined in pieces
-	for _, h := range hierLayouts {
-		n := len(h) * len(h[0])
+	for _, h := range append(append([]Hosts{}, hierLayouts...), unequalLayouts...) {
+		n := 0
+		for _, host := range h {
+			n += len(host)
+		}
 		for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Float16, dtype.Int32} {
 			for i, data := range []dataKind{gaussian, specials, randBits} {
 				// chunks one element apart, and fewer elements than ranks
@@ -174,10 +190,23 @@ func TestHierAllGather(t *testing.T) {
 
 // Only the rails cross hosts, each byte once: an all-reduce of M bytes
 // (uncoded) sends 2*M*(H-1) bytes between hosts in all, half what the flat
-// two-shot all-reduce sends on 2 hosts of 2 ranks.
+// two-shot all-reduce sends on 2 hosts of 2 ranks, and two thirds of it on
+// hosts of 3 and 1 (one rail).
 func TestHierCrossHostBytes(t *testing.T) {
-	h := Hosts{{0, 2}, {1, 3}}
-	hostOf := []int{0, 1, 0, 1}
+	for _, c := range []struct {
+		h      Hosts
+		hostOf []int
+		flat   int64 // flat's bytes over hierarchical's, in halves
+	}{
+		{Hosts{{0, 2}, {1, 3}}, []int{0, 1, 0, 1}, 4},
+		{Hosts{{0, 1, 2}, {3}}, []int{0, 0, 0, 1}, 3},
+		{Hosts{{3, 1, 2}, {0}}, []int{1, 0, 0, 0}, 3},
+	} {
+		t.Run(fmt.Sprint(c.h), func(t *testing.T) { hierCrossHostBytes(t, c.h, c.hostOf, c.flat) })
+	}
+}
+
+func hierCrossHostBytes(t *testing.T, h Hosts, hostOf []int, flatHalves int64) {
 	const n, numel = 4, 4096 * 4
 	crossing := func(f opFunc) int64 {
 		w := conntest.NewWorld(n)
@@ -194,7 +223,7 @@ func TestHierCrossHostBytes(t *testing.T) {
 	hier := crossing(func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllReduce(ctx, c, a, h) })
 	flat := crossing(AllReduce)
 	require.Equal(t, 2*m*int64(len(h)-1), hier)
-	require.Equal(t, 2*hier, flat)
+	require.Equal(t, flatHalves*hier, 2*flat)
 }
 
 // The hierarchical broadcast is the chain visited host by host: the flat
@@ -255,4 +284,25 @@ func countAcross(w *conntest.World, hostOf []int) *atomic.Int64 {
 		return msg
 	}
 	return &across
+}
+
+// Reduce-scatter, all-gather and all-to-all take equal hosts only (the
+// transport layer runs them flat otherwise); asked for unequal ones they
+// fail on every rank, saying so.
+func TestHierNeedsEqualHosts(t *testing.T) {
+	h := Hosts{{0, 1, 2}, {3}}
+	for name, f := range map[string]opFunc{
+		"reducescatter": func(ctx context.Context, c collective.VarConn, a Args) error { return HierReduceScatter(ctx, c, a, h) },
+		"allgather":     func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllGather(ctx, c, a, h) },
+		"alltoall":      func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllToAll(ctx, c, a, h) },
+	} {
+		w := conntest.NewWorld(4)
+		args := make([]Args, 4)
+		for r := range args {
+			args[r] = Args{Args: collective.Args{DType: dtype.Float32, Op: reduce.Sum}}
+		}
+		for r, err := range runWorld(t, w, f, args, runOpts{}) {
+			require.ErrorContains(t, err, "equal size", "%s rank %d", name, r)
+		}
+	}
 }

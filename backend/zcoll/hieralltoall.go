@@ -39,7 +39,7 @@ import (
 // transport does), leaving that block of Out untouched.
 func HierAllToAll(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
 	const op = "alltoall"
-	x, err := newHier(op, c, &a, h)
+	x, err := newHier(op, c, &a, h, true)
 	if err != nil {
 		return err
 	}
