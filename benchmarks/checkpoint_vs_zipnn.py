@@ -71,9 +71,9 @@ def main(src, rounds=3):
     ref = load_file(src)
     cands = [
         ("zipccl, --threads 1", lambda a, b: ck.compress_file(a, b, threads=1, force=True, progress=False),
-         lambda a, b: ck.decompress_file(a, b, force=True, progress=False)),
+         lambda a, b: ck.decompress_file(a, b, threads=1, force=True, progress=False)),
         ("zipccl, --threads 2", lambda a, b: ck.compress_file(a, b, threads=2, force=True, progress=False),
-         lambda a, b: ck.decompress_file(a, b, force=True, progress=False)),
+         lambda a, b: ck.decompress_file(a, b, threads=2, force=True, progress=False)),
         ("ZipNN scripts, threads=1", lambda a, b: zipnn_compress(a, b, 1), lambda a, b: zipnn_decompress(a, b, 1)),
         ("ZipNN scripts, default threads", lambda a, b: zipnn_compress(a, b, None), lambda a, b: zipnn_decompress(a, b, None)),
     ]

@@ -469,12 +469,13 @@ def _read_index(path: str, mm: Any, size: int) -> tuple[int, dict[str, Any]]:
     return source, index
 
 
-def _decode_entry(path: str, mm: Any, e: dict[str, Any], out: torch.Tensor | None = None) -> torch.Tensor:
+def _decode_entry(path: str, mm: Any, e: dict[str, Any], out: torch.Tensor | None = None,
+                  threads: int | None = None) -> torch.Tensor:
     """The entry's tensor as coded (bytes entries as uint8), checked against
     the index's dtype and shape."""
     blob = memoryview(mm)[e["offset"]:e["offset"] + e["length"]]
     try:
-        t = zc.decompress(blob, out=out)
+        t = zc.decompress(blob, out=out, threads=threads)
     except ValueError as exc:
         raise ValueError(f"{path}: tensor {e['name']!r}: {exc}") from None
     finally:
@@ -487,9 +488,11 @@ def _st_nbytes(e: dict[str, Any]) -> int:
     return int(end) - int(start)
 
 
-def decompress_file(src: str, dst: str, *, force: bool = False, progress: bool = True) -> FileStats:
+def decompress_file(src: str, dst: str, *, threads: int | None = None, force: bool = False,
+                    progress: bool = True) -> FileStats:
     """Restores the file compress_file made: the same bytes for a
     safetensors source, torch.save of the same object for a torch one.
+    Each tensor is decoded on up to ``threads`` threads (None: one per CPU).
 
     Raises:
         ValueError: src is not a compressed checkpoint, or is corrupt or
@@ -510,9 +513,9 @@ def decompress_file(src: str, dst: str, *, force: bool = False, progress: bool =
         try:
             with _AtomicOut(dst, force) as out:
                 if source == SOURCE_SAFETENSORS:
-                    raw = _write_safetensors(src, mm, index, out, bar)
+                    raw = _write_safetensors(src, mm, index, out, bar, threads)
                 else:
-                    raw = _write_torch(src, mm, index, out, bar)
+                    raw = _write_torch(src, mm, index, out, bar, threads)
                 out.f.flush()
                 out_bytes = out.f.tell()
         finally:
@@ -529,7 +532,8 @@ def _close_map(mm: Any) -> None:
         pass  # a view is still alive (an exception's traceback holds it): unmapped when it goes
 
 
-def _write_safetensors(src: str, mm: Any, index: dict[str, Any], out: _AtomicOut, bar: _Progress) -> int:
+def _write_safetensors(src: str, mm: Any, index: dict[str, Any], out: _AtomicOut, bar: _Progress,
+                       threads: int | None) -> int:
     header_text = index.get("header")
     if not isinstance(header_text, str):
         raise ValueError(f"{src}: corrupt index (no safetensors header)")
@@ -551,7 +555,7 @@ def _write_safetensors(src: str, mm: Any, index: dict[str, Any], out: _AtomicOut
             raise ValueError(f"{src}: tensor {name!r} decodes to {info.raw_bytes} bytes, the header says {n}")
         if n:
             view = torch.frombuffer(buf, dtype=info.dtype, count=n // info.dtype.itemsize)
-            _decode_entry(src, mm, e, out=view)
+            _decode_entry(src, mm, e, out=view, threads=threads)
             del view
             out.f.write(memoryview(buf)[:n])
         total += n
@@ -566,7 +570,8 @@ def _checked_info(src: str, mm: Any, e: dict[str, Any]) -> zc.ContainerInfo:
         raise ValueError(f"{src}: tensor {e['name']!r}: {exc}") from None
 
 
-def _write_torch(src: str, mm: Any, index: dict[str, Any], out: _AtomicOut, bar: _Progress) -> int:
+def _write_torch(src: str, mm: Any, index: dict[str, Any], out: _AtomicOut, bar: _Progress,
+                 threads: int | None) -> int:
     try:
         skeleton = torch.load(io.BytesIO(base64.b64decode(index["skeleton"])), weights_only=True)
     except Exception as exc:  # noqa: BLE001
@@ -578,7 +583,7 @@ def _write_torch(src: str, mm: Any, index: dict[str, Any], out: _AtomicOut, bar:
         if "same_as" in e:
             decoded.append(decoded[e["same_as"]])
             continue
-        t = _decode_entry(src, mm, e)
+        t = _decode_entry(src, mm, e, threads=threads)
         dt = _TORCH_BY_NAME.get(e.get("dtype", ""))
         if dt is None:
             raise ValueError(f"{src}: tensor {e['name']!r}: unknown dtype {e.get('dtype')!r}")
@@ -639,6 +644,7 @@ def configure(p: Any) -> None:
     d = sub.add_parser("decompress", help="restore a file made by `codec compress`")
     d.add_argument("input", metavar="IN")
     d.add_argument("output", metavar="OUT")
+    d.add_argument("--threads", type=int, default=None, help="threads decoding each tensor (default: one per CPU)")
     for q in (c, d):
         q.add_argument("--force", action="store_true", help="replace OUT when it exists")
         q.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -654,7 +660,8 @@ def run(args: Any) -> int:
             msg = (f"{args.input} ({st.source}, {st.tensors} tensors, {st.in_bytes} bytes) -> {args.output} "
                    f"({st.out_bytes} bytes, ratio {st.ratio:.4f}; frames: {what or 'none'}) in {st.seconds:.2f} s")
         else:
-            st = decompress_file(args.input, args.output, force=args.force, progress=not args.quiet)
+            st = decompress_file(args.input, args.output, threads=args.threads, force=args.force,
+                                 progress=not args.quiet)
             msg = (f"{args.input} -> {args.output} ({st.source}, {st.tensors} tensors, {st.out_bytes} bytes) "
                    f"in {st.seconds:.2f} s")
     except (ValueError, OSError) as exc:
