@@ -107,8 +107,8 @@ func hierarchyOption(opts map[string]string) (flat, allToAll bool, err error) {
 // size the root sends directly to every rank) and, with hierarchy=all,
 // all_to_all, of host memory, on a group whose hosts hold several of its
 // ranks (zcoll.Hosts.Hierarchical, judged once, when the layout is learned
-// from the Store by the first call). all_reduce and broadcast take hosts
-// of any sizes; the others run flat unless every host holds as many.
+// from the Store by the first call). all_to_all runs flat unless every
+// host holds as many of the group's ranks; the others take any sizes.
 //
 // all_to_all is hierarchical only when asked for: its host links carry the
 // same bytes either way (each off-host block once), so the rails save only
@@ -142,8 +142,8 @@ func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	c.layout.mu.Lock()
 	defer c.layout.mu.Unlock()
 	h := c.layout.hier
-	if h != nil && !h.Equal() && op.Kind != opkind.AllReduce && op.Kind != opkind.Broadcast {
-		return nil, nil // reduce-scatter, all-gather, all-to-all: equal hosts only
+	if h != nil && !h.Equal() && op.Kind == opkind.AllToAll {
+		return nil, nil // equal hosts only
 	}
 	return h, nil
 }

@@ -333,10 +333,10 @@ func TestHierarchicalDecisionCostsTheRail(t *testing.T) {
 	require.Equal(t, 64<<20, hierA2A.key.Bytes)
 }
 
-// Hosts of 3 and 1 ranks (interleaved): all_reduce runs hierarchically
-// (within each host, then across, on the one rail), coded or not;
-// reduce_scatter, which takes equal hosts only, runs flat (the bits of the
-// same call on one host).
+// Hosts of 3 and 1 ranks (interleaved): all_reduce and reduce_scatter
+// run hierarchically (within each host, then across, on the one rail),
+// coded or not, and all_gather delivers every shard; all_to_all, which
+// takes equal hosts only, runs flat even with hierarchy=all.
 func TestHierarchicalUnequalHosts(t *testing.T) {
 	const numel = 30_001
 	data := func(rank, j int) []float32 {
@@ -347,36 +347,25 @@ func TestHierarchicalUnequalHosts(t *testing.T) {
 		}
 		return v
 	}
+	hierSum := func(x [][]float32) []byte {
+		out := make([]float32, numel)
+		for i := range out {
+			out[i] = ((x[0][i] + x[2][i]) + x[3][i]) + x[1][i] // host {0, 2, 3}, then host {1}
+		}
+		return f32s(out...)
+	}
 	x := [][]float32{data(0, 0), data(1, 0), data(2, 0), data(3, 0)}
-	hier, flat := make([]float32, numel), make([]float32, numel)
-	for i := range hier {
-		hier[i] = ((x[0][i] + x[2][i]) + x[3][i]) + x[1][i] // host {0, 2, 3}, then host {1}
+	flat := make([]float32, numel)
+	for i := range flat {
 		flat[i] = ((x[0][i] + x[1][i]) + x[2][i]) + x[3][i]
 	}
-	require.False(t, bytes.Equal(f32s(hier...), f32s(flat...)), "the data tells the two orders apart")
-	reduceScatter := func(name string, ids []string, mode string) [][]byte {
-		r := newRigConfig(t, 4, func(rank int) Config {
-			return Config{Name: name, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode}}
-		})
-		outs := make([][]byte, 4)
-		for _, res := range r.everyRank(func(rank int) *Op {
-			in := make([][]byte, 4)
-			for j := range in {
-				in[j] = f32s(data(rank, 10+j)...)
-			}
-			outs[rank] = make([]byte, 4*numel)
-			return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
-		}) {
-			require.NoError(t, res.err)
-		}
-		return outs
-	}
-	oneHost := reduceScatter("unequal-one-host", []string{"x", "x", "x", "x"}, "never")
+	require.False(t, bytes.Equal(hierSum(x), f32s(flat...)), "the data tells the two orders apart")
 	for _, mode := range []string{"never", "always"} {
 		t.Run(mode, func(t *testing.T) {
 			ids := []string{"a", "b", "a", "a"}
 			r := newRigConfig(t, 4, func(rank int) Config {
-				return Config{Name: "unequal-" + mode, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode}}
+				return Config{Name: "unequal-" + mode, Timeout: 20 * time.Second, HostID: ids[rank],
+					Options: map[string]string{"compress": mode, "hierarchy": "all"}}
 			})
 			bufs := make([][]byte, 4)
 			for _, res := range r.everyRank(func(rank int) *Op {
@@ -386,11 +375,54 @@ func TestHierarchicalUnequalHosts(t *testing.T) {
 				require.NoError(t, res.err)
 			}
 			for rank := range 4 {
-				require.True(t, bytes.Equal(f32s(hier...), bufs[rank]), "all_reduce rank %d", rank)
+				require.True(t, bytes.Equal(hierSum(x), bufs[rank]), "all_reduce rank %d", rank)
 			}
-			outs := reduceScatter("unequal-rs-"+mode, ids, mode)
+			outs := make([][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				in := make([][]byte, 4)
+				for j := range in {
+					in[j] = f32s(data(rank, 10+j)...)
+				}
+				outs[rank] = make([]byte, 4*numel)
+				return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
+			}) {
+				require.NoError(t, res.err)
+			}
 			for j := range 4 {
-				require.True(t, bytes.Equal(oneHost[j], outs[j]), "reduce_scatter block %d runs flat", j)
+				contrib := [][]float32{data(0, 10+j), data(1, 10+j), data(2, 10+j), data(3, 10+j)}
+				require.True(t, bytes.Equal(hierSum(contrib), outs[j]), "reduce_scatter block %d", j)
+			}
+			gathered := make([][][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				gathered[rank] = make([][]byte, 4)
+				for j := range gathered[rank] {
+					gathered[rank][j] = make([]byte, 4*(numel-j))
+				}
+				return &Op{Kind: opkind.AllGather, DType: dtype.Float32, In: [][]byte{f32s(data(rank, 20)[:numel-rank]...)}, Out: gathered[rank]}
+			}) {
+				require.NoError(t, res.err)
+			}
+			for rank := range 4 {
+				for j := range 4 {
+					require.True(t, bytes.Equal(f32s(data(j, 20)[:numel-j]...), gathered[rank][j]), "all_gather rank %d shard %d", rank, j)
+				}
+			}
+			a2a := make([][][]byte, 4)
+			for _, res := range r.everyRank(func(rank int) *Op {
+				in, out := make([][]byte, 4), make([][]byte, 4)
+				for j := range in {
+					in[j] = f32s(data(rank, 40+j)[:100]...)
+					out[j] = make([]byte, 400)
+				}
+				a2a[rank] = out
+				return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: out}
+			}) {
+				require.NoError(t, res.err)
+			}
+			for rank := range 4 {
+				for j := range 4 {
+					require.True(t, bytes.Equal(f32s(data(j, 40+rank)[:100]...), a2a[rank][j]), "all_to_all rank %d block from %d", rank, j)
+				}
 			}
 		})
 	}

@@ -576,3 +576,91 @@ func TestHierAllToAllIndependent(t *testing.T) {
 		}
 	}
 }
+
+// Reduce-scatter and all-gather on hosts of unequal size under a failing
+// connection: a spare, a rail rank, or the one rank of a host failing on
+// one call fails every other rank promptly (runWorld catches a hang), the
+// victims with the op named; a rank that finished first has the right
+// result.
+func TestHierUnequalFailure(t *testing.T) {
+	h := Hosts{{0, 2, 3}, {1}}
+	const n, numel = 4, 700
+	rng := rand.New(rand.NewPCG(5, 6))
+	xs := make([][][]byte, n) // xs[r][j]: rank r's block j
+	for r := range xs {
+		xs[r] = make([][]byte, n)
+		for j := range xs[r] {
+			xs[r][j] = genData(rng, dtype.Float32, numel, gaussian)
+		}
+	}
+	ops := map[string]opFunc{
+		"reducescatter": func(ctx context.Context, c collective.VarConn, a Args) error { return HierReduceScatter(ctx, c, a, h) },
+		"allgather":     func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllGather(ctx, c, a, h) },
+	}
+	for op, f := range ops {
+		for _, victim := range []int{3, 0, 1} { // a spare, a rail rank, a host
+			for _, send := range []bool{true, false} {
+				for _, at := range []int{0, 1, 3} {
+					name := fmt.Sprintf("%s/victim%d/send=%v/at%d", op, victim, send, at)
+					var calls atomic.Int64
+					w := conntest.NewWorld(n)
+					w.Fail = func(src, dst int, slot uint32, s bool) error {
+						if src == victim && s == send && calls.Add(1)-1 >= int64(at) {
+							return fmt.Errorf("%w (rank %d)", errInjected, src)
+						}
+						return nil
+					}
+					args := make([]Args, n)
+					for r := range n {
+						if op == "allgather" {
+							outs := make([][]byte, n)
+							for j := range outs {
+								outs[j] = make([]byte, len(xs[j][0]))
+							}
+							args[r] = Args{Args: collective.Args{DType: dtype.Float32, In: [][]byte{clone(xs[r][0])}, Out: outs}}
+						} else {
+							ins := make([][]byte, n)
+							for j := range ins {
+								ins[j] = clone(xs[r][j])
+							}
+							args[r] = Args{Args: collective.Args{DType: dtype.Float32, Op: reduce.Sum, In: ins, Out: [][]byte{make([]byte, len(xs[r][r]))}}}
+						}
+					}
+					errs := runWorld(t, w, f, args, runOpts{})
+					if calls.Load() <= int64(at) {
+						mustOK(t, w, errs)
+						continue
+					}
+					failed := false
+					for r, err := range errs {
+						switch {
+						case err == nil:
+							if op == "allgather" {
+								for j := range n {
+									sameBytes(t, fmt.Sprintf("%s rank %d Out[%d]", name, r, j), args[r].Out[j], xs[j][0])
+								}
+							} else {
+								contrib := make([][]byte, n)
+								for q := range n {
+									contrib[q] = xs[q][r]
+								}
+								sameBytes(t, fmt.Sprintf("%s rank %d", name, r), args[r].Out[0], hierRef(dtype.Float32, reduce.Sum, h, contrib))
+							}
+						case errors.Is(err, errInjected):
+							failed = true
+							var ce *collective.Error
+							if r != victim || !errors.As(err, &ce) || ce.Op != op {
+								t.Fatalf("%s: rank %d: %v", name, r, err)
+							}
+						case !errors.Is(err, conntest.ErrAborted):
+							t.Fatalf("%s: rank %d: unexpected error %v", name, r, err)
+						}
+					}
+					if !failed {
+						t.Fatalf("%s: no victim reported the injected error: %v", name, errs)
+					}
+				}
+			}
+		}
+	}
+}

@@ -289,7 +289,7 @@ func HierAllReduce(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 // reduce-scatter of those partials.
 func HierReduceScatter(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
 	const op = "reducescatter"
-	x, err := newHier(op, c, &a, h, true)
+	x, err := newHier(op, c, &a, h, false)
 	if err != nil {
 		return err
 	}
@@ -299,6 +299,9 @@ func HierReduceScatter(ctx context.Context, c collective.VarConn, a Args, h Host
 	}
 	if len(out) == 0 {
 		return nil
+	}
+	if !h.Equal() {
+		return hierReduceScatterUnequal(ctx, x, out)
 	}
 	H := len(h)
 	parts := make([][]byte, H) // In is read-only: the partials go to scratch
@@ -333,11 +336,11 @@ func HierReduceScatter(ctx context.Context, c collective.VarConn, a Args, h Host
 // host an all-gather per host h' of what the rails brought from h'.
 func HierAllGather(ctx context.Context, c collective.VarConn, a Args, h Hosts) error {
 	const op = "allgather"
-	x, err := newHier(op, c, &a, h, true)
+	x, err := newHier(op, c, &a, h, false)
 	if err != nil {
 		return err
 	}
-	r, err := x.inter(0)
+	r, err := x.intra(0) // for the checks: a spare of unequal hosts has no rail
 	if err != nil {
 		return err
 	}
@@ -347,6 +350,9 @@ func HierAllGather(ctx context.Context, c collective.VarConn, a Args, h Hosts) e
 	}
 	if !bufs.Same(a.Out[me], a.In[0]) {
 		copy(a.Out[me], a.In[0])
+	}
+	if !h.Equal() {
+		return hierAllGatherUnequal(ctx, x)
 	}
 	H, total := len(h), 0
 	for _, b := range a.Out {

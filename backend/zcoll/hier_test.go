@@ -67,14 +67,22 @@ var unequalLayouts = []Hosts{
 	{{5, 1, 6}, {0, 2}, {3, 4, 7}},
 }
 
+func allLayouts() []Hosts { return append(append([]Hosts{}, hierLayouts...), unequalLayouts...) }
+
+// size is the number of ranks in h.
+func (h Hosts) size() int {
+	n := 0
+	for _, host := range h {
+		n += len(host)
+	}
+	return n
+}
+
 func TestHierAllReduce(t *testing.T) {
 	defer func(v int) { hierPieceMin = v }(hierPieceMin)
 	hierPieceMin = 1000 // every buffer below is pipelined in pieces
-	for _, h := range append(append([]Hosts{}, hierLayouts...), unequalLayouts...) {
-		n := 0
-		for _, host := range h {
-			n += len(host)
-		}
+	for _, h := range allLayouts() {
+		n := h.size()
 		for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Float16, dtype.Int32} {
 			for i, data := range []dataKind{gaussian, specials, randBits} {
 				// chunks one element apart, and fewer elements than ranks
@@ -110,8 +118,8 @@ func TestHierAllReduce(t *testing.T) {
 func TestHierReduceScatter(t *testing.T) {
 	defer func(v int) { hierPieceMin = v }(hierPieceMin)
 	hierPieceMin = 1000 // pipelined in pieces
-	for _, h := range hierLayouts {
-		n := len(h) * len(h[0])
+	for _, h := range allLayouts() {
+		n := h.size()
 		for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32} {
 			t.Run(fmt.Sprintf("%v/%v", h, dt), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(n), uint64(dt)))
@@ -156,8 +164,8 @@ func TestHierReduceScatter(t *testing.T) {
 func TestHierAllGather(t *testing.T) {
 	defer func(v int) { hierPieceMin = v }(hierPieceMin)
 	hierPieceMin = 1000 // pipelined in pieces
-	for _, h := range hierLayouts {
-		n := len(h) * len(h[0])
+	for _, h := range allLayouts() {
+		n := h.size()
 		t.Run(fmt.Sprint(h), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(n), 9))
 			shards := make([][]byte, n)
@@ -286,23 +294,53 @@ func countAcross(w *conntest.World, hostOf []int) *atomic.Int64 {
 	return &across
 }
 
-// Reduce-scatter, all-gather and all-to-all take equal hosts only (the
-// transport layer runs them flat otherwise); asked for unequal ones they
-// fail on every rank, saying so.
-func TestHierNeedsEqualHosts(t *testing.T) {
+// All-to-all takes equal hosts only (the transport layer runs it flat
+// otherwise); asked for unequal ones it fails on every rank, saying so.
+func TestHierAllToAllNeedsEqualHosts(t *testing.T) {
 	h := Hosts{{0, 1, 2}, {3}}
-	for name, f := range map[string]opFunc{
-		"reducescatter": func(ctx context.Context, c collective.VarConn, a Args) error { return HierReduceScatter(ctx, c, a, h) },
-		"allgather":     func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllGather(ctx, c, a, h) },
-		"alltoall":      func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllToAll(ctx, c, a, h) },
-	} {
-		w := conntest.NewWorld(4)
-		args := make([]Args, 4)
-		for r := range args {
-			args[r] = Args{Args: collective.Args{DType: dtype.Float32, Op: reduce.Sum}}
-		}
-		for r, err := range runWorld(t, w, f, args, runOpts{}) {
-			require.ErrorContains(t, err, "equal size", "%s rank %d", name, r)
-		}
+	w := conntest.NewWorld(4)
+	args := make([]Args, 4)
+	for r := range args {
+		args[r] = Args{Args: collective.Args{DType: dtype.Float32}}
 	}
+	for r, err := range runWorld(t, w, func(ctx context.Context, c collective.VarConn, a Args) error {
+		return HierAllToAll(ctx, c, a, h)
+	}, args, runOpts{}) {
+		require.ErrorContains(t, err, "equal size", "rank %d", r)
+	}
+}
+
+// On hosts of 3 and 1 ranks each host link carries each block once per
+// other host: a reduce-scatter or all-gather of blocks of B bytes sends 4B
+// between the hosts (host 1's block one way, host 0's three the other),
+// where the flat algorithms send 6B (every pair across, each way).
+func TestHierUnequalCrossHostBytes(t *testing.T) {
+	h := Hosts{{0, 2, 3}, {1}}
+	hostOf := []int{0, 1, 0, 0}
+	const n, numel = 4, 4096
+	const b = int64(numel * 4)
+	crossing := func(f opFunc, gather bool) int64 {
+		w := conntest.NewWorld(n)
+		across := countAcross(w, hostOf)
+		args := make([]Args, n)
+		for r := range n {
+			blocks := make([][]byte, n)
+			for j := range blocks {
+				blocks[j] = make([]byte, b)
+			}
+			if gather {
+				args[r] = Args{Args: collective.Args{DType: dtype.Float32, In: [][]byte{make([]byte, b)}, Out: blocks}}
+			} else {
+				args[r] = Args{Args: collective.Args{DType: dtype.Float32, Op: reduce.Sum, In: blocks, Out: [][]byte{make([]byte, b)}}}
+			}
+		}
+		mustOK(t, w, runWorld(t, w, f, args, runOpts{}))
+		return across.Load()
+	}
+	rs := crossing(func(ctx context.Context, c collective.VarConn, a Args) error { return HierReduceScatter(ctx, c, a, h) }, false)
+	ag := crossing(func(ctx context.Context, c collective.VarConn, a Args) error { return HierAllGather(ctx, c, a, h) }, true)
+	require.Equal(t, 4*b, rs, "reduce_scatter")
+	require.Equal(t, 4*b, ag, "all_gather")
+	require.Equal(t, 6*b, crossing(ReduceScatter, false), "flat reduce_scatter")
+	require.Equal(t, 6*b, crossing(AllGather, true), "flat all_gather")
 }

@@ -196,6 +196,9 @@ func (r *run) fold(ctx context.Context, op reduce.Op, out, own []byte, c cut, st
 			}
 			if i == 0 {
 				x0 = m
+				if n == 1 && !bufs.Same(o, m.buf) {
+					copy(o, m.buf) // alone: the result is its own block
+				}
 				continue
 			}
 			start := time.Now()
