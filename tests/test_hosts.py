@@ -5,15 +5,17 @@ with real namespaces)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 
 import pytest
+import torch
 from harness import launch
 
 LAYOUT = r"""
-import datetime, json, os, torch, torch.distributed as dist, zipccl
+import datetime, hashlib, json, os, torch, torch.distributed as dist, zipccl
 dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=30))
 rank = dist.get_rank()
 out = {"world": zipccl.topology()}
@@ -32,6 +34,23 @@ dist.all_reduce(t, group=inter)
 out["inter_sum"] = t[0].item()
 si, se = zipccl.host_groups(sub if rank != 0 else dist.GroupMember.NON_GROUP_MEMBER)
 out["sub_groups"] = [None if g is dist.GroupMember.NON_GROUP_MEMBER else dist.get_process_group_ranks(g) for g in (si, se)]
+# the world group's ops on these hosts (hierarchical, unequal hosts too):
+# every rank returns a digest of what it got, the test recomputes the
+# documented order
+def digest(t):
+    return hashlib.sha256(t.numpy().tobytes()).hexdigest()
+def data(seed, n):
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+N = 4 * 30_011
+t = data(rank, N)
+dist.all_reduce(t)
+out["all_reduce"] = digest(t)
+t = torch.empty(N // 4)
+dist.reduce_scatter_tensor(t, data(100 + rank, N))
+out["reduce_scatter"] = digest(t)
+t = torch.empty(4 * 5003)
+dist.all_gather_into_tensor(t, data(200 + rank, 5003))
+out["all_gather"] = digest(t)
 try:
     mesh = zipccl.host_mesh()
     out["mesh"] = mesh.mesh.tolist()
@@ -57,6 +76,37 @@ def _run(ids: list[str]) -> list[dict]:
     return outs
 
 
+def _host_order_sum(xs: list, hosts: list[list[int]]):
+    """The hierarchical reduction order (docs/ARCHITECTURE.md): over each
+    host's ranks in local order, then over the hosts, in float32."""
+    import torch
+
+    total = None
+    for host in hosts:
+        part = xs[host[0]].clone()
+        for r in host[1:]:
+            part += xs[r]
+        total = part if total is None else total + part
+    return total
+
+
+def _check_world_ops(outs: list[dict], world: list[list[int]]) -> None:
+    def data(seed, n):
+        return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+    def digest(t):
+        return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+
+    n = 4 * 30_011
+    ar = _host_order_sum([data(r, n) for r in range(4)], world)
+    rs = _host_order_sum([data(100 + r, n) for r in range(4)], world).view(4, -1)
+    ag = torch.cat([data(200 + r, 5003) for r in range(4)])
+    for rank, o in enumerate(outs):
+        assert o["all_reduce"] == digest(ar), f"all_reduce rank {rank}: not the bits of the host-by-host order"
+        assert o["reduce_scatter"] == digest(rs[rank]), f"reduce_scatter rank {rank}"
+        assert o["all_gather"] == digest(ag), f"all_gather rank {rank}"
+
+
 @pytest.mark.parametrize(
     "ids, world, sub, intra, inter",
     [
@@ -70,6 +120,7 @@ def _run(ids: list[str]) -> list[dict]:
 )
 def test_topology_and_host_groups(ids, world, sub, intra, inter):
     outs = _run(ids)
+    _check_world_ops(outs, world)
     for rank, o in enumerate(outs):
         assert o["world"] == world, (rank, o)
         assert o["sub"] == (None if rank == 0 else sub), (rank, o)
@@ -139,7 +190,7 @@ def world_ops():  # the default group's op counts, as zipccl counted them
 """
 
 NIC_BYTES = r"""
-import datetime, json, os, torch, torch.distributed as dist, zipccl
+import datetime, hashlib, json, os, torch, torch.distributed as dist, zipccl
 dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
 rank = dist.get_rank()
 #NIC
@@ -194,7 +245,7 @@ def test_hierarchical_all_gather_sends_the_minimum_across_hosts():
 
 
 A2A_BYTES = r"""
-import datetime, json, os, torch, torch.distributed as dist, zipccl
+import datetime, hashlib, json, os, torch, torch.distributed as dist, zipccl
 dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=60))
 rank = dist.get_rank()
 #NIC
@@ -327,7 +378,7 @@ def test_hpz_backward_all_gathers_stay_inside_hosts():
         assert got["zero3"] >= 0.8 * m, got
 
 
-DEEPSPEED_HPZ = r"""import datetime, json, os, torch, torch.distributed as dist, zipccl
+DEEPSPEED_HPZ = r"""import datetime, hashlib, json, os, torch, torch.distributed as dist, zipccl
 dist.init_process_group("zipccl", timeout=datetime.timedelta(seconds=120))
 import deepspeed
 rank = dist.get_rank()
