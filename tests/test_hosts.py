@@ -99,11 +99,17 @@ def _check_world_ops(outs: list[dict], world: list[list[int]]) -> None:
 
     n = 4 * 30_011
     ar = _host_order_sum([data(r, n) for r in range(4)], world)
+    # reduce_scatter is hierarchical on equal hosts only (by default: on
+    # others it would not be faster); flat, its order is the ring's
+    equal = len({len(h) for h in world}) == 1
     rs = _host_order_sum([data(100 + r, n) for r in range(4)], world).view(4, -1)
     ag = torch.cat([data(200 + r, 5003) for r in range(4)])
     for rank, o in enumerate(outs):
         assert o["all_reduce"] == digest(ar), f"all_reduce rank {rank}: not the bits of the host-by-host order"
-        assert o["reduce_scatter"] == digest(rs[rank]), f"reduce_scatter rank {rank}"
+        if equal:
+            assert o["reduce_scatter"] == digest(rs[rank]), f"reduce_scatter rank {rank}"
+        else:
+            assert o["reduce_scatter"] != digest(rs[rank]), f"reduce_scatter rank {rank} runs flat"
         assert o["all_gather"] == digest(ag), f"all_gather rank {rank}"
 
 

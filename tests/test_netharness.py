@@ -217,6 +217,30 @@ def test_host_layout_command_line_errors(world, hosts, per_host, error) -> None:
         HostLayout.from_args(world, hosts, per_host, default_world_size=4)
 
 
+def test_host_layout_of_unequal_hosts() -> None:
+    layout = HostLayout.of_sizes([3, 1])
+    assert (layout.hosts, layout.ranks_per_host, layout.world_size, layout.equal) == (2, 3, 4, False)
+    assert [layout.host_of(r) for r in range(4)] == [0, 0, 0, 1]
+    assert [layout.local_rank(r) for r in range(4)] == [0, 1, 2, 0]
+    assert list(layout.ranks_of(1)) == [3] and layout.size_of(0) == 3
+    assert layout.describe() == "4 ranks (hosts of 3 + 1 ranks)" and layout.sizes_text() == "3,1"
+    assert HostLayout.from_args(None, None, None, 4, "2,1,1") == HostLayout.of_sizes([2, 1, 1])
+    assert HostLayout.parse_sizes("2,2") == HostLayout(2, 2)  # equal sizes: the plain layout
+    for args, error in [((None, 2, None, 4, "3,1"), "--host-sizes replaces"),
+                        ((5, None, None, 4, "3,1"), "--world-size 5 disagrees with --host-sizes 3,1"),
+                        ((None, None, None, 4, "3,0"), "at least 1 each"),
+                        ((None, None, None, 4, "3,x"), "--host-sizes '3,x'")]:
+        with pytest.raises(ValueError, match=re.escape(error)):
+            HostLayout.from_args(*args)
+    net = Network(4, use_netns=False, layout=layout)
+    assert net.namespace(0) == net.namespace(2) != net.namespace(3)
+    assert [net.rank_env(r)["LOCAL_WORLD_SIZE"] for r in range(4)] == ["3", "3", "3", "1"]
+    assert [net.rank_env(r)["LOCAL_RANK"] for r in range(4)] == ["0", "1", "2", "0"]
+    assert "hosts of 3 + 1 ranks" in net.describe()
+    with pytest.raises(ValueError, match="is not 5 ranks"):
+        Network(5, use_netns=False, layout=layout)
+
+
 def test_network_places_ranks_on_hosts() -> None:
     net = Network(4, use_netns=False, ranks_per_host=2)
     assert (net.hosts, net.ranks_per_host, net.world_size) == (2, 2, 4)

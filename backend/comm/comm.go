@@ -78,7 +78,7 @@ type Comm struct {
 	monSeq  atomic.Uint64 // monitored barriers so far (their message keys)
 	layout  layout        // the group's hosts (layout.go)
 	flat    bool          // the group option hierarchy=flat (layout.go)
-	hierA2A bool          // hierarchy=all: all_to_all hierarchical too (layout.go)
+	hierAll bool          // hierarchy=all: all_to_all, and on unequal hosts reduce_scatter and all_gather, hierarchical too (layout.go)
 }
 
 type task struct {
@@ -117,7 +117,7 @@ func New(cfg Config) (*Comm, error) {
 	if c.gpuPath, err = gpu.ParsePath(cfg.Options["gpu_path"]); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
-	if c.flat, c.hierA2A, err = hierarchyOption(cfg.Options); err != nil {
+	if c.flat, c.hierAll, err = hierarchyOption(cfg.Options); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error()}
 	}
 	if err = c.lossyOption(cfg.Options); err != nil {

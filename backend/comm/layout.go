@@ -84,9 +84,10 @@ func describeHosts(h [][]int) string {
 // hierarchyOption reads the group option hierarchy (else
 // ZIPCCL_HIERARCHY): "auto" (the default) runs all_reduce, reduce_scatter,
 // all_gather and broadcast hierarchically where the group spans hosts of
-// several ranks; "all" all_to_all too; "flat" none. Every rank must agree
+// several ranks (reduce_scatter and all_gather on equal hosts only); "all"
+// every op wherever it can, all_to_all included; "flat" none. Every rank must agree
 // (the op descriptor carries the choice).
-func hierarchyOption(opts map[string]string) (flat, allToAll bool, err error) {
+func hierarchyOption(opts map[string]string) (flat, all bool, err error) {
 	v, ok := opts["hierarchy"]
 	if !ok {
 		v = os.Getenv("ZIPCCL_HIERARCHY")
@@ -107,8 +108,12 @@ func hierarchyOption(opts map[string]string) (flat, allToAll bool, err error) {
 // size the root sends directly to every rank) and, with hierarchy=all,
 // all_to_all, of host memory, on a group whose hosts hold several of its
 // ranks (zcoll.Hosts.Hierarchical, judged once, when the layout is learned
-// from the Store by the first call). all_to_all runs flat unless every
-// host holds as many of the group's ranks; the others take any sizes.
+// from the Store by the first call). On hosts of different sizes
+// all_to_all runs flat, and reduce_scatter and all_gather run
+// hierarchically only with hierarchy=all: they then carry fewer bytes over
+// the larger hosts' links, but the smallest host's link carries what flat
+// sends it, and it is the bottleneck (on 3 + 1 and 2 + 1 + 1 hosts at
+// 1 Gbit/s they took 1.15x to 1.43x flat's time, benchmarks/RESULTS.md).
 //
 // all_to_all is hierarchical only when asked for: its host links carry the
 // same bytes either way (each off-host block once), so the rails save only
@@ -126,7 +131,7 @@ func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	switch op.Kind {
 	case opkind.AllReduce, opkind.ReduceScatter, opkind.AllGather:
 	case opkind.AllToAll:
-		if !c.hierA2A {
+		if !c.hierAll {
 			return nil, nil
 		}
 	case opkind.Broadcast:
@@ -142,8 +147,15 @@ func (c *Comm) hierarchy(ctx context.Context, op *Op) (zcoll.Hosts, error) {
 	c.layout.mu.Lock()
 	defer c.layout.mu.Unlock()
 	h := c.layout.hier
-	if h != nil && !h.Equal() && op.Kind == opkind.AllToAll {
-		return nil, nil // equal hosts only
+	if h != nil && !h.Equal() {
+		switch op.Kind {
+		case opkind.AllToAll:
+			return nil, nil // equal hosts only
+		case opkind.ReduceScatter, opkind.AllGather:
+			if !c.hierAll {
+				return nil, nil // fewer host-link bytes, but not faster: opt-in
+			}
+		}
 	}
 	return h, nil
 }

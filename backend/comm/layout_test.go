@@ -333,10 +333,11 @@ func TestHierarchicalDecisionCostsTheRail(t *testing.T) {
 	require.Equal(t, 64<<20, hierA2A.key.Bytes)
 }
 
-// Hosts of 3 and 1 ranks (interleaved): all_reduce and reduce_scatter
-// run hierarchically (within each host, then across, on the one rail),
-// coded or not, and all_gather delivers every shard; all_to_all, which
-// takes equal hosts only, runs flat even with hierarchy=all.
+// Hosts of 3 and 1 ranks (interleaved): all_reduce runs hierarchically
+// (within each host, then across, on the one rail), coded or not; with
+// hierarchy=all reduce_scatter does too and all_gather delivers every
+// shard; all_to_all, which takes equal hosts only, runs flat even then.
+// At the default (auto) reduce_scatter runs flat.
 func TestHierarchicalUnequalHosts(t *testing.T) {
 	const numel = 30_001
 	data := func(rank, j int) []float32 {
@@ -360,6 +361,28 @@ func TestHierarchicalUnequalHosts(t *testing.T) {
 		flat[i] = ((x[0][i] + x[1][i]) + x[2][i]) + x[3][i]
 	}
 	require.False(t, bytes.Equal(hierSum(x), f32s(flat...)), "the data tells the two orders apart")
+	reduceScatter := func(name string, ids []string, hierarchy string) [][]byte {
+		r := newRigConfig(t, 4, func(rank int) Config {
+			return Config{Name: name, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"hierarchy": hierarchy}}
+		})
+		outs := make([][]byte, 4)
+		for _, res := range r.everyRank(func(rank int) *Op {
+			in := make([][]byte, 4)
+			for j := range in {
+				in[j] = f32s(data(rank, 10+j)...)
+			}
+			outs[rank] = make([]byte, 4*numel)
+			return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
+		}) {
+			require.NoError(t, res.err)
+		}
+		return outs
+	}
+	oneHost := reduceScatter("unequal-one-host", []string{"x", "x", "x", "x"}, "auto")
+	auto := reduceScatter("unequal-auto", []string{"a", "b", "a", "a"}, "auto")
+	for j := range 4 {
+		require.True(t, bytes.Equal(oneHost[j], auto[j]), "reduce_scatter block %d runs flat by default", j)
+	}
 	for _, mode := range []string{"never", "always"} {
 		t.Run(mode, func(t *testing.T) {
 			ids := []string{"a", "b", "a", "a"}

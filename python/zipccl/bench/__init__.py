@@ -49,14 +49,14 @@ def _run_link(args: argparse.Namespace) -> int:
 
     try:
         link = LinkSpec.parse(args.link_rate, args.delay, args.tcp_cc)
-        layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, 3)
+        layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, 3, args.host_sizes)
         if layout.hosts < 2:
             raise ValueError("a link check needs at least 2 hosts")
     except ValueError as exc:
         print(f"zipccl bench link: {exc}", file=sys.stderr)
         return 2
     try:
-        with Network(layout.world_size, link, ranks_per_host=layout.ranks_per_host) as net:
+        with Network(layout.world_size, link, layout=layout) as net:
             print(f"network: {net.describe()}")
             checks = check_links(net, seconds=args.seconds)
             rtt = round_trip(net)

@@ -87,7 +87,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _layout(args: argparse.Namespace) -> HostLayout:
-    layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE)
+    layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE, args.host_sizes)
     if layout.world_size < 2:
         raise ValueError("a benchmark needs at least 2 ranks (--world-size, or --hosts x --ranks-per-host)")
     return layout
@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
     total = len(cfg["ops"]) * len(cfg["sizes"]) * len(cfg["dtypes"])
     load_before = _load()
     started = time.monotonic()
-    with Network(layout.world_size, link, use_netns=not args.no_netns, ranks_per_host=layout.ranks_per_host) as net:
+    with Network(layout.world_size, link, use_netns=not args.no_netns, layout=layout) as net:
         link_text = net.describe()
         print(f"network: {link_text}")
         if net.removed_stale:
@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         network=link_text,
         world_size=layout.world_size,
         hosts=layout.hosts,
-        ranks_per_host=layout.ranks_per_host,
+        ranks_per_host=layout.ranks_per_host if layout.equal else layout.sizes_text(),
         link_checks=[c.describe() for c in link_checks],
         load_before=load_before,
         load_after=_load(),

@@ -54,7 +54,7 @@ def finish_rows(raw_rows: Iterable[dict[str, Any]], layout: HostLayout, link: st
         row.update(
             world_size=world_size,
             hosts=layout.hosts,
-            ranks_per_host=layout.ranks_per_host,
+            ranks_per_host=layout.ranks_per_host if layout.equal else layout.sizes_text(),
             link=link,
             data=data,
             algbw_gbps=algbw,
@@ -96,9 +96,13 @@ def read_csv(path: str) -> list[dict[str, Any]]:
     for row in rows:
         for key in ("bytes", "count", "world_size"):
             row[key] = int(row[key])
-        # CSVs written before hosts had several ranks: one rank per host.
-        row["ranks_per_host"] = int(row.get("ranks_per_host") or 1)
-        row["hosts"] = int(row.get("hosts") or row["world_size"] // row["ranks_per_host"])
+        # CSVs written before hosts had several ranks: one rank per host;
+        # hosts of different sizes: "3,1"
+        per_host = row.get("ranks_per_host") or "1"
+        row["ranks_per_host"] = per_host if "," in per_host else int(per_host)
+        if not row.get("hosts"):
+            row["hosts"] = row["world_size"] // int(per_host)
+        row["hosts"] = int(row["hosts"])
         for key in ("time_us", "algbw_gbps", "busbw_gbps", "ratio"):
             row[key] = float(row[key])
     return rows

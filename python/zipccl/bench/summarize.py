@@ -28,8 +28,10 @@ Key = tuple[str, str, str, int]  # op, dtype, ranks (layout), bytes
 def layout(row: dict[str, Any]) -> str:
     """The ranks column: the world size, or hosts x ranks per host when
     hosts hold several ranks (a 2x2 run is no repeat of a 4x1 one)."""
-    per_host = int(row.get("ranks_per_host") or 1)
-    return f"{row['hosts']}x{per_host}" if per_host > 1 else str(row["world_size"])
+    per_host = str(row.get("ranks_per_host") or 1)
+    if "," in per_host:  # hosts of different sizes
+        return "+".join(per_host.split(","))
+    return f"{row['hosts']}x{per_host}" if int(per_host) > 1 else str(row["world_size"])
 
 
 def merge(paths: Sequence[str]) -> dict[Key, dict[str, dict[str, Any]]]:

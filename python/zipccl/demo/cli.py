@@ -271,10 +271,11 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         if args.lossy == "zero++" and args.world_size is None and args.hosts is None \
-                and args.ranks_per_host is None:
+                and args.ranks_per_host is None and args.host_sizes is None:
             layout = HostLayout(2, 2)
         else:
-            layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE)
+            layout = HostLayout.from_args(args.world_size, args.hosts, args.ranks_per_host, DEFAULT_WORLD_SIZE,
+                                           args.host_sizes)
         rate = args.link_rate or (ZERO_PP_LINK if args.lossy == "zero++" else DP_HOOK_LINK if args.dp_hook
                                   else "1gbit")
         link = LinkSpec.parse(rate, args.delay, args.tcp_cc)
@@ -295,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     elif args.lossy == "zero++":
         # ZeRO++: FSDP2, with hpZ where hosts have several ranks
-        default_modes = "hpz" if layout.ranks_per_host > 1 else "fsdp"
+        default_modes = "hpz" if layout.ranks_per_host > 1 and layout.equal else "fsdp"
     elif args.lossy == "tp-fp8":
         default_modes = "tp"
         if args.comm_dtype == "bfloat16":
@@ -308,7 +309,7 @@ def _run(args: argparse.Namespace) -> int:
                   f"{args.d_model} over {layout.world_size} ranks: they must divide evenly", file=sys.stderr)
             return 2
     else:
-        default_modes = "ddp,fsdp,hpz" if layout.ranks_per_host > 1 else "ddp,fsdp"
+        default_modes = "ddp,fsdp,hpz" if layout.ranks_per_host > 1 and layout.equal else "ddp,fsdp"
     modes = [m.strip() for m in (args.modes or default_modes).split(",") if m.strip()]
     if args.lossy and (len(modes) != 1 or modes[0] not in LOSSY_MODES[args.lossy]):
         allowed = " or ".join(sorted(LOSSY_MODES[args.lossy]))
@@ -321,11 +322,12 @@ def _run(args: argparse.Namespace) -> int:
         print("zipccl demo: --modes takes a comma list of ddp, fsdp, hpz (tp: with --lossy tp-fp8)",
               file=sys.stderr)
         return 2
-    if "hpz" in modes and layout.ranks_per_host < 2:
-        print("zipccl demo: hpz reshards to each host's ranks: it needs --ranks-per-host 2 or more", file=sys.stderr)
+    if "hpz" in modes and (layout.ranks_per_host < 2 or not layout.equal):
+        print("zipccl demo: hpz reshards to each host's ranks: it needs --ranks-per-host 2 or more, "
+              "the same on every host", file=sys.stderr)
         return 2
     runs: dict[str, dict[str, dict[str, Any]]] = {}
-    with Network(layout.world_size, link, use_netns=not args.no_netns, ranks_per_host=layout.ranks_per_host) as net:
+    with Network(layout.world_size, link, use_netns=not args.no_netns, layout=layout) as net:
         print(f"zipccl demo: a byte-level GPT on {layout.describe()}, {args.steps} steps per run, "
               f"{' then '.join(report.MODE_NAMES[m] for m in modes)}")
         print(f"network: {net.describe()}")
@@ -376,7 +378,8 @@ def _run(args: argparse.Namespace) -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"demo-{stamp}.json"), "w") as f:
         json.dump({"command": shlex.join(sys.argv), "network": network, "world_size": layout.world_size,
-                   "hosts": layout.hosts, "ranks_per_host": layout.ranks_per_host, "runs": runs,
+                   "hosts": layout.hosts, "ranks_per_host": layout.ranks_per_host,
+                   "host_sizes": [layout.size_of(h) for h in range(layout.hosts)], "runs": runs,
                    "checks": [c.__dict__ for c in verdicts]}, f)
     print(f"\nplot: {png}")
     print(f"total {time.monotonic() - started:.0f} s")

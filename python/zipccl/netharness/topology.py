@@ -132,16 +132,19 @@ class Network:
     one rank each, when it may and loopback when it may not (not root, no
     iproute2: ``mode`` says which and ``reason`` why); ``use_netns=False``
     asks for loopback. ``ranks_per_host=2`` makes it two hosts (namespaces,
-    shaped NICs) of two ranks each; loopback only records that layout.
+    shaped NICs) of two ranks each, ``layout=HostLayout.of_sizes([3, 1])``
+    hosts of 3 and 1; loopback only records the layout.
     Failing to build what root may build raises NetworkError.
     """
 
     def __init__(self, world_size: int, link: LinkSpec = LinkSpec(), use_netns: bool = True,
-                 ranks_per_host: int = 1):
-        self.layout = HostLayout.of(world_size, ranks_per_host)
+                 ranks_per_host: int = 1, layout: HostLayout | None = None):
+        self.layout = layout or HostLayout.of(world_size, ranks_per_host)
+        if self.layout.world_size != world_size:
+            raise ValueError(f"{self.layout.describe()} is not {world_size} ranks")
         self.world_size = world_size
         self.hosts = self.layout.hosts
-        self.ranks_per_host = ranks_per_host
+        self.ranks_per_host = self.layout.ranks_per_host
         self.link = link
         self.tag = secrets.token_hex(3)
         self.mode = "loopback"
@@ -211,7 +214,7 @@ class Network:
             "ZIPCCL_SOCKET_IFNAME": self.ifname,
             "GLOO_SOCKET_IFNAME": self.ifname,
             "LOCAL_RANK": str(self.layout.local_rank(rank)),
-            "LOCAL_WORLD_SIZE": str(self.ranks_per_host),
+            "LOCAL_WORLD_SIZE": str(self.layout.size_of(self.host_of(rank))),
             "GROUP_RANK": str(self.host_of(rank)),
         }
 
@@ -223,13 +226,13 @@ class Network:
             )
         if self.mode == "netns":
             return (
-                f"{self.hosts} hosts of {self.ranks_per_host} ranks, each host's NIC {self.link.describe()} "
+                f"{self.layout.hosts_text()}, each host's NIC {self.link.describe()} "
                 f"(a network namespace per host on a bridge, tc on both veth ends; a host's ranks share its NIC "
                 f"and reach each other over loopback), {self.link.describe_tcp()}"
             )
         text = f"loopback, unshaped ({self.reason})"
         if self.ranks_per_host > 1:
-            text += f"; {self.hosts} hosts of {self.ranks_per_host} ranks, in name only"
+            text += f"; {self.layout.hosts_text()}, in name only"
         return text
 
     # -- lifetime -----------------------------------------------------------
