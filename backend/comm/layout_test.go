@@ -69,14 +69,7 @@ func TestHierarchicalOps(t *testing.T) {
 	ids := []string{"a", "b", "a", "b"}
 	hosts := [][]int{{0, 2}, {1, 3}}
 	const numel = 50_003
-	data := func(rank, j int) []float32 {
-		rng := rand.New(rand.NewPCG(uint64(rank), uint64(j)))
-		v := make([]float32, numel)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	data := func(rank, j int) []float32 { return normalsF32(uint64(rank), uint64(j), numel) }
 	hierSum := func(xs [][]float32) []float32 {
 		out := make([]float32, numel)
 		for i := range out {
@@ -98,32 +91,14 @@ func TestHierarchicalOps(t *testing.T) {
 			r := newRigConfig(t, 4, func(rank int) Config {
 				return Config{Name: "hier-" + mode, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"compress": mode, "hierarchy": "all"}}
 			})
-			xs := make([][]float32, 4)
-			bufs := make([][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				xs[rank] = data(rank, 0)
-				bufs[rank] = f32s(xs[rank]...)
-				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
-			}) {
-				require.NoError(t, res.err)
-			}
+			xs := [][]float32{data(0, 0), data(1, 0), data(2, 0), data(3, 0)}
 			want := f32s(hierSum(xs)...)
-			for rank := range 4 {
-				require.True(t, bytes.Equal(want, bufs[rank]), "all_reduce rank %d", rank)
+			for rank, got := range allReduceF32(t, r, xs) {
+				require.True(t, bytes.Equal(want, got), "all_reduce rank %d", rank)
 			}
 
 			// reduce_scatter: block j of every rank, reduced on rank j
-			outs := make([][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				in := make([][]byte, 4)
-				for j := range in {
-					in[j] = f32s(data(rank, 10+j)...)
-				}
-				outs[rank] = make([]byte, 4*numel)
-				return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
-			}) {
-				require.NoError(t, res.err)
-			}
+			outs := reduceScatterF32(t, r, func(rank, j int) []float32 { return data(rank, 10+j) })
 			for j := range 4 {
 				contrib := make([][]float32, 4)
 				for rank := range contrib {
@@ -133,19 +108,9 @@ func TestHierarchicalOps(t *testing.T) {
 			}
 
 			// all_gather: bytes only
-			gathered := make([][][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				gathered[rank] = make([][]byte, 4)
-				for j := range gathered[rank] {
-					gathered[rank][j] = make([]byte, 4*numel)
-				}
-				return &Op{Kind: opkind.AllGather, DType: dtype.Float32, In: [][]byte{f32s(data(rank, 20)...)}, Out: gathered[rank]}
-			}) {
-				require.NoError(t, res.err)
-			}
-			for rank := range 4 {
+			for rank, got := range allGatherF32(t, r, func(rank int) []float32 { return data(rank, 20) }) {
 				for j := range 4 {
-					require.True(t, bytes.Equal(f32s(data(j, 20)...), gathered[rank][j]), "all_gather rank %d shard %d", rank, j)
+					require.True(t, bytes.Equal(f32s(data(j, 20)...), got[j]), "all_gather rank %d shard %d", rank, j)
 				}
 			}
 
@@ -165,28 +130,15 @@ func TestHierarchicalOps(t *testing.T) {
 			}
 
 			// all_to_all: uneven splits, rank 3 sending rank 0 nothing
-			split := func(r, j int) int {
+			block := func(r, j int) []float32 {
 				if r == 3 && j == 0 {
-					return 0
+					return nil
 				}
-				return 4 * (1000*(r+1) + 17*j)
+				return data(r, 40+j)[:1000*(r+1)+17*j]
 			}
-			block := func(r, j int) []byte { return f32s(data(r, 40+j)...)[:split(r, j)] }
-			a2a := make([][][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				in := make([][]byte, 4)
-				a2a[rank] = make([][]byte, 4)
-				for j := range in {
-					in[j] = block(rank, j)
-					a2a[rank][j] = make([]byte, split(j, rank))
-				}
-				return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: a2a[rank]}
-			}) {
-				require.NoError(t, res.err)
-			}
-			for rank := range 4 {
+			for rank, got := range allToAllF32(t, r, block) {
 				for j := range 4 {
-					require.True(t, bytes.Equal(block(j, rank), a2a[rank][j]), "all_to_all rank %d block from %d", rank, j)
+					require.True(t, bytes.Equal(f32s(block(j, rank)...), got[j]), "all_to_all rank %d block from %d", rank, j)
 				}
 			}
 		})
@@ -340,14 +292,7 @@ func TestHierarchicalDecisionCostsTheRail(t *testing.T) {
 // At the default (auto) reduce_scatter runs flat.
 func TestHierarchicalUnequalHosts(t *testing.T) {
 	const numel = 30_001
-	data := func(rank, j int) []float32 {
-		rng := rand.New(rand.NewPCG(uint64(rank)+100, uint64(j)))
-		v := make([]float32, numel)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	data := func(rank, j int) []float32 { return normalsF32(uint64(rank)+100, uint64(j), numel) }
 	hierSum := func(x [][]float32) []byte {
 		out := make([]float32, numel)
 		for i := range out {
@@ -361,92 +306,117 @@ func TestHierarchicalUnequalHosts(t *testing.T) {
 		flat[i] = ((x[0][i] + x[1][i]) + x[2][i]) + x[3][i]
 	}
 	require.False(t, bytes.Equal(hierSum(x), f32s(flat...)), "the data tells the two orders apart")
-	reduceScatter := func(name string, ids []string, hierarchy string) [][]byte {
-		r := newRigConfig(t, 4, func(rank int) Config {
-			return Config{Name: name, Timeout: 20 * time.Second, HostID: ids[rank], Options: map[string]string{"hierarchy": hierarchy}}
+	rsIn := func(rank, j int) []float32 { return data(rank, 10+j) }
+	rig := func(name string, ids []string, opts map[string]string) *rig {
+		return newRigConfig(t, 4, func(rank int) Config {
+			return Config{Name: name, Timeout: 20 * time.Second, HostID: ids[rank], Options: opts}
 		})
-		outs := make([][]byte, 4)
-		for _, res := range r.everyRank(func(rank int) *Op {
-			in := make([][]byte, 4)
-			for j := range in {
-				in[j] = f32s(data(rank, 10+j)...)
-			}
-			outs[rank] = make([]byte, 4*numel)
-			return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
-		}) {
-			require.NoError(t, res.err)
-		}
-		return outs
 	}
-	oneHost := reduceScatter("unequal-one-host", []string{"x", "x", "x", "x"}, "auto")
-	auto := reduceScatter("unequal-auto", []string{"a", "b", "a", "a"}, "auto")
+	oneHost := reduceScatterF32(t, rig("unequal-one-host", []string{"x", "x", "x", "x"}, nil), rsIn)
+	auto := reduceScatterF32(t, rig("unequal-auto", []string{"a", "b", "a", "a"}, nil), rsIn)
 	for j := range 4 {
 		require.True(t, bytes.Equal(oneHost[j], auto[j]), "reduce_scatter block %d runs flat by default", j)
 	}
 	for _, mode := range []string{"never", "always"} {
 		t.Run(mode, func(t *testing.T) {
-			ids := []string{"a", "b", "a", "a"}
-			r := newRigConfig(t, 4, func(rank int) Config {
-				return Config{Name: "unequal-" + mode, Timeout: 20 * time.Second, HostID: ids[rank],
-					Options: map[string]string{"compress": mode, "hierarchy": "all"}}
-			})
-			bufs := make([][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				bufs[rank] = f32s(x[rank]...)
-				return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
-			}) {
-				require.NoError(t, res.err)
+			r := rig("unequal-"+mode, []string{"a", "b", "a", "a"}, map[string]string{"compress": mode, "hierarchy": "all"})
+			for rank, got := range allReduceF32(t, r, x) {
+				require.True(t, bytes.Equal(hierSum(x), got), "all_reduce rank %d", rank)
 			}
-			for rank := range 4 {
-				require.True(t, bytes.Equal(hierSum(x), bufs[rank]), "all_reduce rank %d", rank)
-			}
-			outs := make([][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				in := make([][]byte, 4)
-				for j := range in {
-					in[j] = f32s(data(rank, 10+j)...)
-				}
-				outs[rank] = make([]byte, 4*numel)
-				return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: in, Out: [][]byte{outs[rank]}}
-			}) {
-				require.NoError(t, res.err)
-			}
+			outs := reduceScatterF32(t, r, rsIn)
 			for j := range 4 {
-				contrib := [][]float32{data(0, 10+j), data(1, 10+j), data(2, 10+j), data(3, 10+j)}
+				contrib := [][]float32{rsIn(0, j), rsIn(1, j), rsIn(2, j), rsIn(3, j)}
 				require.True(t, bytes.Equal(hierSum(contrib), outs[j]), "reduce_scatter block %d", j)
 			}
-			gathered := make([][][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				gathered[rank] = make([][]byte, 4)
-				for j := range gathered[rank] {
-					gathered[rank][j] = make([]byte, 4*(numel-j))
-				}
-				return &Op{Kind: opkind.AllGather, DType: dtype.Float32, In: [][]byte{f32s(data(rank, 20)[:numel-rank]...)}, Out: gathered[rank]}
-			}) {
-				require.NoError(t, res.err)
-			}
-			for rank := range 4 {
+			shard := func(rank int) []float32 { return data(rank, 20)[:numel-rank] }
+			for rank, got := range allGatherF32(t, r, shard) {
 				for j := range 4 {
-					require.True(t, bytes.Equal(f32s(data(j, 20)[:numel-j]...), gathered[rank][j]), "all_gather rank %d shard %d", rank, j)
+					require.True(t, bytes.Equal(f32s(shard(j)...), got[j]), "all_gather rank %d shard %d", rank, j)
 				}
 			}
-			a2a := make([][][]byte, 4)
-			for _, res := range r.everyRank(func(rank int) *Op {
-				in, out := make([][]byte, 4), make([][]byte, 4)
-				for j := range in {
-					in[j] = f32s(data(rank, 40+j)[:100]...)
-					out[j] = make([]byte, 400)
-				}
-				a2a[rank] = out
-				return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: out}
-			}) {
-				require.NoError(t, res.err)
-			}
-			for rank := range 4 {
+			block := func(from, to int) []float32 { return data(from, 40+to)[:100] }
+			for rank, got := range allToAllF32(t, r, block) {
 				for j := range 4 {
-					require.True(t, bytes.Equal(f32s(data(j, 40+rank)[:100]...), a2a[rank][j]), "all_to_all rank %d block from %d", rank, j)
+					require.True(t, bytes.Equal(f32s(block(j, rank)...), got[j]), "all_to_all rank %d block from %d", rank, j)
 				}
 			}
 		})
 	}
+}
+
+// normalsF32 is n standard normal float32s, seeded by (a, b).
+func normalsF32(a, b uint64, n int) []float32 {
+	rng := rand.New(rand.NewPCG(a, b))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// allReduceF32 sums xs[rank] over every rank of r and returns each rank's
+// result.
+func allReduceF32(t *testing.T, r *rig, xs [][]float32) [][]byte {
+	bufs := make([][]byte, len(xs))
+	for _, res := range r.everyRank(func(rank int) *Op {
+		bufs[rank] = f32s(xs[rank]...)
+		return &Op{Kind: opkind.AllReduce, DType: dtype.Float32, ReduceOp: reduce.Sum, In: [][]byte{bufs[rank]}, Out: [][]byte{bufs[rank]}}
+	}) {
+		require.NoError(t, res.err)
+	}
+	return bufs
+}
+
+// reduceScatterF32 reduces in(rank, j) over the ranks onto rank j and
+// returns each rank's block.
+func reduceScatterF32(t *testing.T, r *rig, in func(rank, j int) []float32) [][]byte {
+	n := len(r.comms)
+	outs := make([][]byte, n)
+	for _, res := range r.everyRank(func(rank int) *Op {
+		ins := make([][]byte, n)
+		for j := range ins {
+			ins[j] = f32s(in(rank, j)...)
+		}
+		outs[rank] = make([]byte, len(ins[rank]))
+		return &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, In: ins, Out: [][]byte{outs[rank]}}
+	}) {
+		require.NoError(t, res.err)
+	}
+	return outs
+}
+
+// allGatherF32 gathers shard(rank) from every rank and returns what each
+// rank got.
+func allGatherF32(t *testing.T, r *rig, shard func(rank int) []float32) [][][]byte {
+	n := len(r.comms)
+	got := make([][][]byte, n)
+	for _, res := range r.everyRank(func(rank int) *Op {
+		got[rank] = make([][]byte, n)
+		for j := range got[rank] {
+			got[rank][j] = make([]byte, 4*len(shard(j)))
+		}
+		return &Op{Kind: opkind.AllGather, DType: dtype.Float32, In: [][]byte{f32s(shard(rank)...)}, Out: got[rank]}
+	}) {
+		require.NoError(t, res.err)
+	}
+	return got
+}
+
+// allToAllF32 sends block(from, to) from every rank to every rank and
+// returns what each rank got, by sender.
+func allToAllF32(t *testing.T, r *rig, block func(from, to int) []float32) [][][]byte {
+	n := len(r.comms)
+	got := make([][][]byte, n)
+	for _, res := range r.everyRank(func(rank int) *Op {
+		in := make([][]byte, n)
+		got[rank] = make([][]byte, n)
+		for j := range in {
+			in[j] = f32s(block(rank, j)...)
+			got[rank][j] = make([]byte, 4*len(block(j, rank)))
+		}
+		return &Op{Kind: opkind.AllToAll, DType: dtype.Float32, In: in, Out: got[rank]}
+	}) {
+		require.NoError(t, res.err)
+	}
+	return got
 }

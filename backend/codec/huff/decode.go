@@ -35,28 +35,20 @@ type Decoder struct {
 // symbols) and returns the record length.
 func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
 	n := len(out)
-	if len(src) < 1 {
-		return 0, fmt.Errorf("%w: empty record", ErrCorrupt)
+	m, err := plainRecord(src, n)
+	if err != nil {
+		return 0, err
 	}
 	switch src[0] {
 	case ModeRaw:
-		if len(src) < 1+n {
-			return 0, fmt.Errorf("%w: truncated raw record", ErrCorrupt)
-		}
 		copy(out, src[1:1+n])
-		return 1 + n, nil
+		return m, nil
 	case ModeRLE:
-		if len(src) < 2 {
-			return 0, fmt.Errorf("%w: truncated rle record", ErrCorrupt)
-		}
 		s := src[1]
 		for i := range out {
 			out[i] = s
 		}
-		return 2, nil
-	case ModeHuff:
-	default:
-		return 0, fmt.Errorf("%w: unknown record mode %d", ErrCorrupt, src[0])
+		return m, nil
 	}
 	tl, err := parseTable(src[1:], &d.t)
 	if err != nil {
@@ -88,6 +80,30 @@ func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
 	return pos, nil
 }
 
+// plainRecord checks the mode of the record of n symbols at the start of
+// src and returns the length of a raw or run record (0 for a Huffman one,
+// whose length its headers give).
+func plainRecord(src []byte, n int) (int, error) {
+	if len(src) < 1 {
+		return 0, fmt.Errorf("%w: empty record", ErrCorrupt)
+	}
+	switch src[0] {
+	case ModeRaw:
+		if len(src) < 1+n {
+			return 0, fmt.Errorf("%w: truncated raw record", ErrCorrupt)
+		}
+		return 1 + n, nil
+	case ModeRLE:
+		if len(src) < 2 {
+			return 0, fmt.Errorf("%w: truncated rle record", ErrCorrupt)
+		}
+		return 2, nil
+	case ModeHuff:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w: unknown record mode %d", ErrCorrupt, src[0])
+}
+
 // streamStarts reads the stream header at src[hdr:] of a Huffman record:
 // the offsets in src where its four streams start, and where the last ends.
 func streamStarts(src []byte, hdr int) ([5]int, error) {
@@ -112,23 +128,8 @@ func streamStarts(src []byte, hdr int) ([5]int, error) {
 // found from its headers without decoding it (to hand records to decoders
 // on other threads). Decoding it still checks all of it.
 func RecordLen(src []byte, n int) (int, error) {
-	if len(src) < 1 {
-		return 0, fmt.Errorf("%w: empty record", ErrCorrupt)
-	}
-	switch src[0] {
-	case ModeRaw:
-		if len(src) < 1+n {
-			return 0, fmt.Errorf("%w: truncated raw record", ErrCorrupt)
-		}
-		return 1 + n, nil
-	case ModeRLE:
-		if len(src) < 2 {
-			return 0, fmt.Errorf("%w: truncated rle record", ErrCorrupt)
-		}
-		return 2, nil
-	case ModeHuff:
-	default:
-		return 0, fmt.Errorf("%w: unknown record mode %d", ErrCorrupt, src[0])
+	if m, err := plainRecord(src, n); err != nil || src[0] != ModeHuff {
+		return m, err
 	}
 	var t table
 	tl, err := parseTable(src[1:], &t)
