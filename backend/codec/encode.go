@@ -175,12 +175,13 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 // be coded on separate threads into the frame one thread writes; a thread
 // is started for a whole segment at least. Kept tables spare the decoder
 // its lookup-table builds: resets every 2^18 elements cost fp16 decode 6
-// to 8 % (benchmarks/CODEC.md), every 2^22 nothing measurable. A variable
-// for the tests.
+// to 8 % (benchmarks/RESULTS.md o2), every 2^22 nothing measurable. A
+// variable for the tests.
 var segmentElems = 1 << 22
 
 // dynPool holds the buffers that EncodeThreads's threads but the first
-// code into (reused: a fresh buffer per call costs more than the copy).
+// code into, reused across calls rather than allocated (and zeroed) for
+// each.
 var dynPool = sync.Pool{New: func() any { return new([]byte) }}
 
 func mustPlan(numel int, dt dtype.DType, k Kind) plan {
