@@ -7,8 +7,7 @@
 
 The bytes are the codec's tensor container (docs/FORMAT.md, section 7): the
 dtype, the shape, then one frame of the Go codec (backend/codec), whose
-blocks each carry a CRC-32C of the original bytes; for a large tensor coded
-on several threads, a chunked container of such containers (section 7a). Decoding checks
+blocks each carry a CRC-32C of the original bytes. Decoding checks
 everything, so damaged or truncated data raises ``ValueError`` instead of
 returning a wrong tensor.
 
