@@ -175,8 +175,8 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 // be coded on separate threads into the frame one thread writes; a thread
 // is started for a whole segment at least. Kept tables spare the decoder
 // its lookup-table builds: resets every 2^18 elements cost fp16 decode 6
-// to 8 % (benchmarks/RESULTS.md o2), every 2^22 nothing measurable. A
-// variable for the tests.
+// to 8 % (benchmarks/CODEC.md), every 2^20 up to 7 % on 16 MiB, so 2^22.
+// A variable for the tests.
 var segmentElems = 1 << 22
 
 // dynPool holds the buffers that EncodeThreads's threads but the first
