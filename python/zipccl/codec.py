@@ -19,7 +19,7 @@ Codecs:
   byte under it (docs/FORMAT.md 4a); the best ratio, encodes and decodes at
   about huff's speed. CPU only: collectives never use it.
 * ``"raw"``: the bytes as they are, with the same framing and CRCs.
-* ``"auto"``: the best ratio: every coding kind is tried on a sample of the
+* ``"auto"``: the best ratio: the coding kinds are tried on a sample of the
   tensor (the whole of a small one) and the smallest wins; see "auto here
   and in collectives" below.
 
@@ -33,9 +33,10 @@ storage, where bytes saved outlast the time spent, so its auto takes the
 best ratio among the coding kinds, every one of which encodes faster than
 ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). It decides by encoding
 a sample with each kind and keeping the smallest (8 runs spread over the
-tensor, each 1/128 of it, between 4096 and 65536 elements; the whole
-tensor up to 65536 elements), which costs a few percent of a large
-tensor's encode and up to about a fifth of a mid-size one's. Inside
+tensor, each 1/128 of it, between 4096 and 65536 elements, where huff is
+not tried: huff2 codes its byte at least as well; the whole tensor up to
+65536 elements, with every kind), which costs a few percent of a large
+tensor's encode and up to about a tenth of a mid-size one's. Inside
 collectives the adaptive switcher keeps the Go codec's own auto
 (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3% of
 huff's ratio), because there the coding time is on the critical path and
@@ -323,11 +324,22 @@ _AUTO_RUNS = 8
 _AUTO_WHOLE = _AUTO_RUN
 
 
-def _auto_kinds() -> list[int]:
+# Kinds a sampled trial skips: huff2 codes the exponent byte as huff does
+# (with exact tables) and adds only what saves, and was the smaller of the
+# two on every tensor of the codec benchmark (by 0.02% to 2.9%,
+# benchmarks/RESULTS.md o2); trying huff too took a third of the trial
+# (0.11 of 0.28 ms on the demo's 1.9 M bf16 weights). A tensor tried whole
+# tries every kind.
+_AUTO_SAMPLED_SKIP = ("huff",)
+
+
+def _auto_kinds(sampled: bool) -> list[int]:
     """The coding kinds auto tries, fastest first (their ABI codes rise with
     cost): every kind in _KIND_CODES but raw and auto, so a kind added to
-    the table is tried as soon as it is there."""
-    return sorted(c for n, c in _KIND_CODES.items() if n not in ("raw", "auto"))
+    the table is tried as soon as it is there; on a sample, not those of
+    _AUTO_SAMPLED_SKIP."""
+    skip = ("raw", "auto") + (_AUTO_SAMPLED_SKIP if sampled else ())
+    return sorted(c for n, c in _KIND_CODES.items() if n not in skip)
 
 
 def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
@@ -359,7 +371,7 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
     best_kind = _KIND_CODES["raw"]
     best_data, _ = C._codec_encode(sample, best_kind, 1)
     raw_len = len(best_data)
-    for kind in _auto_kinds():
+    for kind in _auto_kinds(not whole):
         try:
             data, used = C._codec_encode(sample, kind, 1)
         except ValueError:
