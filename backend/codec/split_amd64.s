@@ -272,6 +272,17 @@ m2done:
 // stores (dst 64-byte aligned), fenced at the end. The fold reduction is
 // zip3's FOLDFINISH: k holds the constants for shifts by 1024, 512, 384,
 // 256 and 128 bits.
+// STORE2 writes the 128 bytes of a 16-bit step (Z9, Z6) at DI with I
+// (VMOVDQU64 or VMOVNTDQ), folds them into the CRC, and moves DI and the
+// two 64-byte planes (SI, DX) on.
+#define STORE2(I) \
+	I Z9, (DI) \
+	I Z6, 64(DI) \
+	FOLDR(Z9, Z6) \
+	ADDQ $128, DI \
+	ADDQ $64, SI \
+	ADDQ $64, DX
+
 TEXT ·mergeBF16CRCAVX512(SB), NOSPLIT, $0-57
 	MOVQ    dst+0(FP), DI
 	MOVQ    r8+8(FP), SI
@@ -293,24 +304,14 @@ TEXT ·mergeBF16CRCAVX512(SB), NOSPLIT, $0-57
 
 cloop:
 	MERGE64
-	VMOVDQU64 Z9, (DI)
-	VMOVDQU64 Z6, 64(DI)
-	FOLDR(Z9, Z6)
-	ADDQ $128, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
+	STORE2(VMOVDQU64)
 	DECQ CX
 	JNZ  cloop
 	JMP  finish
 
 ntloop:
 	MERGE64
-	VMOVNTDQ Z9, (DI)
-	VMOVNTDQ Z6, 64(DI)
-	FOLDR(Z9, Z6)
-	ADDQ $128, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
+	STORE2(VMOVNTDQ)
 	DECQ CX
 	JNZ  ntloop
 	SFENCE
@@ -369,14 +370,18 @@ GLOBL wilv1<>(SB), RODATA|NOPTR, $64
 	PAIRW
 
 // STORE4 writes the 256 bytes of a float32 step at DI with I (VMOVDQU64
-// or VMOVNTDQ) and folds them into the CRC.
+// or VMOVNTDQ), folds them into the CRC, and moves DI and the 64-byte
+// planes at SI and DX on (each kernel moves its low-half planes).
 #define STORE4(I) \
 	I Z5, (DI) \
 	I Z10, 64(DI) \
 	I Z7, 128(DI) \
 	I Z3, 192(DI) \
 	FOLDR(Z5, Z10) \
-	FOLDR(Z7, Z3)
+	FOLDR(Z7, Z3) \
+	ADDQ $256, DI \
+	ADDQ $64, SI \
+	ADDQ $64, DX
 
 // CRCSET loads the merge tables and fold constants (R14) and the initial
 // state (BX).
@@ -413,9 +418,6 @@ TEXT ·mergeFP32CRCAVX512(SB), NOSPLIT, $0-73
 c32:
 	MERGE32
 	STORE4(VMOVDQU64)
-	ADDQ $256, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
 	ADDQ $64, R9
 	ADDQ $64, R10
 	DECQ CX
@@ -425,9 +427,6 @@ c32:
 nt32:
 	MERGE32
 	STORE4(VMOVNTDQ)
-	ADDQ $256, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
 	ADDQ $64, R9
 	ADDQ $64, R10
 	DECQ CX
@@ -463,9 +462,6 @@ cw:
 	VMOVDQU64 64(R9), Z3
 	PAIRW
 	STORE4(VMOVDQU64)
-	ADDQ $256, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
 	ADDQ $128, R9
 	DECQ CX
 	JNZ  cw
@@ -477,9 +473,6 @@ ntw:
 	VMOVDQU64 64(R9), Z3
 	PAIRW
 	STORE4(VMOVNTDQ)
-	ADDQ $256, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
 	ADDQ $128, R9
 	DECQ CX
 	JNZ  ntw
@@ -495,6 +488,15 @@ finw:
 //
 // Interleaves 64 low and 64 high bytes a step into float16 (huff's float16
 // blocks: R8 and the symbols), folding the output into the CRC.
+// INTERLEAVE16 interleaves 64 low bytes (SI) and 64 high bytes (DX) into
+// 64 float16: Z9, Z6.
+#define INTERLEAVE16 \
+	VMOVDQU64 (SI), Z9 \
+	VMOVDQU64 (DX), Z8 \
+	VMOVDQA64 Z9, Z6 \
+	VPERMT2B  Z8, Z24, Z9 \
+	VPERMT2B  Z8, Z29, Z6
+
 TEXT ·mergeFP16CRCAVX512(SB), NOSPLIT, $0-57
 	MOVQ    dst+0(FP), DI
 	MOVQ    lo+8(FP), SI
@@ -508,33 +510,15 @@ TEXT ·mergeFP16CRCAVX512(SB), NOSPLIT, $0-57
 	JNZ     nt16
 
 c16:
-	VMOVDQU64 (SI), Z9
-	VMOVDQU64 (DX), Z8
-	VMOVDQA64 Z9, Z6
-	VPERMT2B  Z8, Z24, Z9
-	VPERMT2B  Z8, Z29, Z6
-	VMOVDQU64 Z9, (DI)
-	VMOVDQU64 Z6, 64(DI)
-	FOLDR(Z9, Z6)
-	ADDQ $128, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
+	INTERLEAVE16
+	STORE2(VMOVDQU64)
 	DECQ CX
 	JNZ  c16
 	JMP  fin16
 
 nt16:
-	VMOVDQU64 (SI), Z9
-	VMOVDQU64 (DX), Z8
-	VMOVDQA64 Z9, Z6
-	VPERMT2B  Z8, Z24, Z9
-	VPERMT2B  Z8, Z29, Z6
-	VMOVNTDQ  Z9, (DI)
-	VMOVNTDQ  Z6, 64(DI)
-	FOLDR(Z9, Z6)
-	ADDQ $128, DI
-	ADDQ $64, SI
-	ADDQ $64, DX
+	INTERLEAVE16
+	STORE2(VMOVNTDQ)
 	DECQ CX
 	JNZ  nt16
 	SFENCE
