@@ -11,8 +11,8 @@ type Encoder struct {
 	cnt   [257]uint32
 	cur   table
 	codes [257]uint16
-	ctab  [256]uint32 // code | len<<24 for every byte value (escape included)
-	tbuf  []byte      // serialized current table
+	ct    codeTable
+	tbuf  []byte // serialized current table
 	have  bool
 	bs    buildScratch
 	nlens [257]uint8
@@ -55,7 +55,7 @@ func (e *Encoder) AppendBlock(dst, syms []byte) []byte {
 	// estimate from the sample; skip coding when it cannot win
 	var bits uint64
 	for s, c := range e.hist {
-		bits += uint64(c) * uint64(e.ctab[s]>>24)
+		bits += uint64(c) * uint64(e.ct.bits[s])
 	}
 	if bits*uint64(n)/uint64(total) >= uint64(8*n) {
 		return appendRaw(dst, syms)
@@ -64,7 +64,7 @@ func (e *Encoder) AppendBlock(dst, syms []byte) []byte {
 }
 
 // appendStreams appends a Huffman record of syms under the table in
-// e.ctab/e.tbuf: the mode, the table, the four streams' lengths and the
+// e.ct/e.tbuf: the mode, the table, the four streams' lengths and the
 // streams. A record that would grow past len(syms) bytes (a sampled table
 // that fits the block badly) is written raw instead.
 func (e *Encoder) appendStreams(dst, syms []byte) []byte {
@@ -79,7 +79,7 @@ func (e *Encoder) appendStreams(dst, syms []byte) []byte {
 	dst = dst[:hdr+streamHdr]
 	for k := 0; k < 4; k++ {
 		s0, s1 := k*n>>2, (k+1)*n>>2
-		w := encodeStreamFn(dst[len(dst):cap(dst)], syms[s0:s1], &e.ctab)
+		w := encodeStreamFn(dst[len(dst):cap(dst)], syms[s0:s1], &e.ct)
 		binary.LittleEndian.PutUint32(dst[hdr+4*k:], uint32(w))
 		dst = dst[:len(dst)+w]
 		if len(dst)-start > n {
@@ -149,7 +149,7 @@ func (e *Encoder) chooseTable(lo, hi int) {
 		for i := 0; i < nwin; i++ {
 			c := uint64(e.hist[lo+i])
 			costNew += c * uint64(lens[i])
-			costOld += c * uint64(e.ctab[lo+i]>>24)
+			costOld += c * uint64(e.ct.bits[lo+i])
 		}
 		if costOld <= costNew+costNew/256 {
 			return
@@ -169,11 +169,12 @@ func (e *Encoder) chooseTable(lo, hi int) {
 	for s := 0; s < 256; s++ {
 		i := s - lo
 		if i >= 0 && i < nwin && t.lens[i] > 0 {
-			e.ctab[s] = uint32(e.codes[i]) | uint32(t.lens[i])<<24
+			e.ct.code[s], e.ct.bits[s] = uint32(e.codes[i]), uint32(t.lens[i])
 		} else {
-			e.ctab[s] = (ec | uint32(s)<<el) | (el+8)<<24
+			e.ct.code[s], e.ct.bits[s] = ec|uint32(s)<<el, el+8
 		}
 	}
+	e.ct.wide = el+8 > MaxCodeLen
 	e.tbuf = appendTable(e.tbuf[:0], t)
 	e.have, e.exact = true, false
 }
@@ -189,32 +190,42 @@ func HasAsm() bool { return isAsm }
 
 var isAsm = false
 
+// codeTable is what the stream coder reads: for every byte value the code
+// as written (bit-reversed; an escaped symbol's is the escape code followed
+// by its 8 bits) and its length. Lengths live apart from the codes so that
+// the assembly adds one straight from memory. wide: some code is longer
+// than MaxCodeLen bits (an escape), so fewer codes fit between flushes.
+type codeTable struct {
+	code [256]uint32
+	bits [256]uint32
+	wide bool
+}
+
 // encodeStream writes the LSB-first bit stream of syms into out (which must
 // have room for len(syms)*19/8+8 bytes) and returns the bytes used.
-func encodeStream(out, syms []byte, ct *[256]uint32) int {
+func encodeStream(out, syms []byte, ct *codeTable) int {
 	var buf uint64
 	var nb uint
 	pos := 0
 	s := syms
 	// codes are at most maxEscTotal (18) bits, so three fit after a flush
 	for len(s) >= 3 && pos+8 <= len(out) {
-		c0, c1, c2 := ct[s[0]], ct[s[1]], ct[s[2]]
+		v0, v1, v2 := s[0], s[1], s[2]
 		s = s[3:]
-		buf |= uint64(c0&0xffffff) << (nb & 63)
-		nb += uint(c0 >> 24)
-		buf |= uint64(c1&0xffffff) << (nb & 63)
-		nb += uint(c1 >> 24)
-		buf |= uint64(c2&0xffffff) << (nb & 63)
-		nb += uint(c2 >> 24)
+		buf |= uint64(ct.code[v0]) << (nb & 63)
+		nb += uint(ct.bits[v0])
+		buf |= uint64(ct.code[v1]) << (nb & 63)
+		nb += uint(ct.bits[v1])
+		buf |= uint64(ct.code[v2]) << (nb & 63)
+		nb += uint(ct.bits[v2])
 		binary.LittleEndian.PutUint64(out[pos:], buf)
 		pos += int(nb >> 3)
 		buf >>= (nb &^ 7) & 63
 		nb &= 7
 	}
 	for _, v := range s {
-		c := ct[v]
-		buf |= uint64(c&0xffffff) << (nb & 63)
-		nb += uint(c >> 24)
+		buf |= uint64(ct.code[v]) << (nb & 63)
+		nb += uint(ct.bits[v])
 		binary.LittleEndian.PutUint64(out[pos:], buf)
 		pos += int(nb >> 3)
 		buf >>= (nb &^ 7) & 63

@@ -25,7 +25,7 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 	if !e.Screen(syms, 1, n, minGain) {
 		return appendRaw(dst, syms)
 	}
-	histogram(&e.hist, syms)
+	histogramFn(&e.hist, syms)
 	lo, hi := 255, 0
 	for s, c := range e.hist {
 		if c != 0 {
@@ -38,7 +38,7 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 	e.exactTable(lo, hi)
 	var bits uint64
 	for s, c := range e.hist {
-		bits += uint64(c) * uint64(e.ctab[s]>>24)
+		bits += uint64(c) * uint64(e.ct.bits[s])
 	}
 	// streams round up to whole bytes: at most 4 more
 	if 1+len(e.tbuf)+streamHdr+int(bits/8)+4 > min(limit, n) {
@@ -91,6 +91,9 @@ func xlog2x(c uint32) float64 {
 	return float64(c) * math.Log2(float64(c))
 }
 
+// histogramFn is the histogram in use (assembly where available).
+var histogramFn = histogram
+
 // histogram counts syms into h with four sub-histograms (runs of equal
 // symbols would otherwise serialise on one counter).
 func histogram(h *[256]uint32, syms []byte) {
@@ -111,7 +114,7 @@ func histogram(h *[256]uint32, syms []byte) {
 	}
 }
 
-// exactTable makes e.cur, e.ctab and e.tbuf code exactly the symbols of
+// exactTable makes e.cur, e.ct and e.tbuf code exactly the symbols of
 // e.hist (window [lo, hi], no escape), unless the previous exact table
 // codes every one of them within 0.4% of the new table's bits.
 func (e *Encoder) exactTable(lo, hi int) {
@@ -127,7 +130,7 @@ func (e *Encoder) exactTable(lo, hi int) {
 			if c == 0 {
 				continue
 			}
-			old := e.ctab[lo+i] >> 24
+			old := e.ct.bits[lo+i]
 			ok = ok && old != 0
 			costNew += uint64(c) * uint64(lens[i])
 			costOld += uint64(c) * uint64(old)
@@ -141,10 +144,10 @@ func (e *Encoder) exactTable(lo, hi int) {
 	t.lens = [257]uint8{}
 	copy(t.lens[:nwin], lens)
 	t.canonical(&e.codes)
-	e.ctab = [256]uint32{} // length 0: no code (never written)
+	e.ct = codeTable{} // length 0: no code (never written)
 	for i := 0; i < nwin; i++ {
 		if l := t.lens[i]; l > 0 {
-			e.ctab[lo+i] = uint32(e.codes[i]) | uint32(l)<<24
+			e.ct.code[lo+i], e.ct.bits[lo+i] = uint32(e.codes[i]), uint32(l)
 		}
 	}
 	e.tbuf = appendTable(e.tbuf[:0], t)
@@ -171,60 +174,74 @@ func limitedLengths(counts []uint32, lens []uint8, maxLen int, s *buildScratch) 
 	packageMerge(w, lens, maxLen, &s.pm)
 }
 
-// pmScratch holds package-merge's lists: two levels' weights at a time, and
-// every level's leaf flags.
+// pmScratch holds package-merge's lists: the leaves' weights, two levels'
+// lists at a time, and for every level the number of leaves among each
+// prefix of its list. The sizes are powers of two above what is used
+// (257 leaves with a sentinel; lists of up to 512 items and 2 sentinels)
+// so that masked indexes need no bounds checks.
 type pmScratch struct {
-	w    [2][514]uint64
-	leaf [MaxCodeLen][514]bool
+	leaves [512]uint64
+	w      [2][1024]uint64
+	prefix [MaxCodeLen][1024]uint16
 }
+
+// pmSentinel ends the leaves and, as the sum of two, the packages: it loses
+// every comparison with a real weight (counts are below 2^25).
+const pmSentinel = 1 << 61
 
 // packageMerge: w holds count<<16|index sorted by count. Level 0's list is
 // the leaves; level l's merges the leaves with the pairs of level l-1's
-// list. The first 2n-2 items of the top list are chosen; a chosen package
-// chooses the first two items per package of the level below; a symbol's
-// length is the number of levels where its leaf is chosen. Leaves are
-// chosen as a prefix of the sorted leaves at every level, so only the
-// count of chosen leaves per level is needed.
+// list (a leaf first on equal weights). The first 2n-2 items of the top
+// list are chosen; a chosen package chooses the first two items per package
+// of the level below; a symbol's length is the number of levels where its
+// leaf is chosen. Leaves are chosen as a prefix of the sorted leaves at
+// every level, so only the count of leaves in each prefix of each level's
+// list is kept.
 func packageMerge(w []uint64, lens []uint8, maxLen int, s *pmScratch) {
 	n := len(w)
-	var leaf [MaxCodeLen][]bool // leaf[l][j]: item j of level l's list is a leaf
-	prev := s.w[0][:n]
-	for j := range prev {
-		prev[j] = w[j] >> 16
+	for j := range n {
+		s.leaves[j] = w[j] >> 16
+		s.w[0][j] = w[j] >> 16
 	}
-	leaf[0] = s.leaf[0][:n]
-	for j := range leaf[0] {
-		leaf[0][j] = true
-	}
+	s.leaves[n] = pmSentinel
+	var size [MaxCodeLen]int // of each level's list
+	size[0] = n
 	for l := 1; l < maxLen; l++ {
-		np := len(prev) / 2
-		cur := s.w[l%2][:0] // the list of level l-1 is in the other one
-		isLeaf := s.leaf[l][:0]
-		i, p := 0, 0
-		for i < n || p < np {
-			if p >= np || (i < n && w[i]>>16 <= prev[2*p]+prev[2*p+1]) {
-				cur = append(cur, w[i]>>16)
-				isLeaf = append(isLeaf, true)
-				i++
-			} else {
-				cur = append(cur, prev[2*p]+prev[2*p+1])
-				isLeaf = append(isLeaf, false)
-				p++
-			}
-		}
-		prev, leaf[l] = cur, isLeaf
+		np := size[l-1] / 2
+		size[l] = n + np
+		prev := &s.w[(l-1)%2]
+		prev[2*np], prev[2*np+1] = pmSentinel/2, pmSentinel/2 // an odd last item is never paired
+		mergeLevel(&s.leaves, prev, &s.w[l%2], &s.prefix[l], n+np)
 	}
 	sel := 2*n - 2
 	for l := maxLen - 1; l >= 0 && sel > 0; l-- {
-		k := 0
-		for _, isl := range leaf[l][:min(sel, len(leaf[l]))] {
-			if isl {
-				k++
-			}
+		k := min(sel, n) // level 0: all leaves
+		if l > 0 {
+			k = int(s.prefix[l][min(sel, size[l])])
 		}
-		for j := 0; j < k; j++ {
+		for j := range k {
 			lens[w[j]&0xffff]++
 		}
 		sel = 2 * (sel - k)
+	}
+}
+
+// mergeLevel writes the m items of a level's list into cur, the sorted
+// leaves merged with the pairs of prev (both ended by sentinels), and into
+// pre[k] the number of leaves among its first k items. No branch depends
+// on the weights: they are unpredictable, and mispredictions were most of
+// package-merge's time.
+func mergeLevel(leaves *[512]uint64, prev, cur *[1024]uint64, pre *[1024]uint16, m int) {
+	i, p := 0, 0
+	for k := 0; k < m; k++ {
+		a, b := leaves[i&511], prev[(2*p)&1023]+prev[(2*p+1)&1023]
+		leaf := 0
+		if a <= b {
+			leaf = 1
+		}
+		cur[k&1023] = min(a, b)
+		i += leaf
+		p += 1 - leaf
+		pre[(k+1)&1023] = uint16(i)
 	}
 }

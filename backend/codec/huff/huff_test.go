@@ -97,7 +97,7 @@ func TestAdversary(t *testing.T) {
 
 func TestStreamKernels(t *testing.T) {
 	var e Encoder
-	for _, n := range []int{0, 1, 2, 3, 4, 5, 100, 4097} {
+	for _, n := range []int{0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 100, 4097} {
 		s := gaussExp(n, 0.3, uint64(n))
 		for i := 0; i < n; i += 7 {
 			s[i] = byte(i) // escapes too
@@ -106,14 +106,37 @@ func TestStreamKernels(t *testing.T) {
 		for _, v := range s {
 			e.hist[v]++
 		}
+		// a sampled table (escapes: wide codes) and, where there are two
+		// symbols or more, an exact one (codes of at most 11 bits)
 		e.Reset()
 		e.chooseTable(0, 255)
-		out1 := make([]byte, n*3+16)
-		out2 := make([]byte, n*3+16)
-		w1 := encodeStream(out1, s, &e.ctab)
-		w2 := encodeStreamFn(out2, s, &e.ctab)
-		if w1 != w2 || string(out1[:w1]) != string(out2[:w2]) {
-			t.Fatalf("n=%d: stream kernels differ (%d vs %d bytes)", n, w1, w2)
+		tables := []codeTable{e.ct}
+		if n > 1 {
+			e.Reset()
+			e.exactTable(0, 255)
+			tables = append(tables, e.ct)
+		}
+		for _, ct := range tables {
+			out1 := make([]byte, n*3+16)
+			out2 := make([]byte, n*3+16)
+			w1 := encodeStream(out1, s, &ct)
+			w2 := encodeStreamFn(out2, s, &ct)
+			if w1 != w2 || string(out1[:w1]) != string(out2[:w2]) {
+				t.Fatalf("n=%d wide=%v: stream kernels differ (%d vs %d bytes)", n, ct.wide, w1, w2)
+			}
+		}
+	}
+}
+
+func TestHistogramKernels(t *testing.T) {
+	for _, n := range []int{0, 1, 15, 16, 17, 31, 32, 1000, 65536} {
+		for _, s := range [][]byte{gaussExp(n, 0.3, uint64(n)), fp16Plane(n, 0.02, uint64(n)), make([]byte, n)} {
+			var want, got [256]uint32
+			histogram(&want, s)
+			histogramFn(&got, s)
+			if want != got {
+				t.Fatalf("n=%d: histogram kernels differ", n)
+			}
 		}
 	}
 }
