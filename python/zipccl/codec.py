@@ -33,10 +33,11 @@ storage, where bytes saved outlast the time spent, so its auto takes the
 best ratio among the coding kinds, every one of which encodes faster than
 ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). It decides by encoding
 a sample with each kind and keeping the smallest (8 runs spread over the
-tensor, each 1/128 of it, between 4096 and 65536 elements, where huff is
+tensor, each 1/512 of it, between 4096 and 65536 elements, where huff is
 not tried: huff2 codes its byte at least as well; the whole tensor up to
-65536 elements, with every kind), which costs a few percent of a large
-tensor's encode and up to about a tenth of a mid-size one's. Inside
+65536 elements, with every kind), which costs a few percent of the encode
+of a tensor of 2^21 elements or more, and more of a smaller one's (the
+sample has 32768 elements at least). Inside
 collectives the adaptive switcher keeps the Go codec's own auto
 (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3% of
 huff's ratio), because there the coding time is on the critical path and
@@ -313,12 +314,18 @@ def _advise_huge_pages(ptr: int, nbytes: int) -> None:
 
 
 # auto's sample: _AUTO_RUNS runs spread evenly over the tensor, each of
-# 1/128 of it, at least _AUTO_MIN_RUN and at most _AUTO_RUN elements (one
-# huff block, so blocks' fixed costs weigh as in the whole tensor): a
-# sixteenth of a mid-size tensor, 2^19 elements of a large one.
+# 1/_AUTO_RUN_DIV of it, at least _AUTO_MIN_RUN and at most _AUTO_RUN
+# elements (one huff block, so blocks' fixed costs weigh as in the whole
+# tensor): 2^15 elements of a tensor of up to 2^21, a sixty-fourth of one
+# of up to 2^25, 2^19 elements of a larger one. Runs were 1/128 (a
+# sixteenth of a mid-size tensor) until the trial was 8% of auto's encode
+# of the demo's 1.9 M float16 weights; the smaller sample picks the same
+# kind on every tensor of the codec benchmark, where the kinds' outputs
+# differ by 2% or more (benchmarks/RESULTS.md o3).
 _AUTO_RUN = 1 << 16
 _AUTO_MIN_RUN = 1 << 12
 _AUTO_RUNS = 8
+_AUTO_RUN_DIV = 512
 # Up to this many elements the trial encodes the whole tensor and keeps the
 # smallest output (no sample error, well under a millisecond per kind).
 _AUTO_WHOLE = _AUTO_RUN
@@ -358,7 +365,7 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
         # intra-op thread pool, which took 100+ ms on a busy 2-core machine.
         flat = flat.contiguous()
         n, size = flat.numel(), flat.element_size()
-        run = min(_AUTO_RUN, max(_AUTO_MIN_RUN, n // (16 * _AUTO_RUNS)))
+        run = min(_AUTO_RUN, max(_AUTO_MIN_RUN, n // _AUTO_RUN_DIV))
         stride = n // _AUTO_RUNS
         sample = torch.empty(_AUTO_RUNS * run, dtype=flat.dtype)
         dst, src = sample.data_ptr(), flat.data_ptr()
