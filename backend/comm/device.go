@@ -10,6 +10,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/gpu"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 )
 
@@ -107,8 +108,10 @@ func deviceErr(err error) error {
 }
 
 // DevicePlan says whether op (on CUDA tensors) runs through NCCL
-// (gpu.PathNCCL) or host-staged by the caller (gpu.PathStaged), with the
-// reason; refuse is set when CUDA tensors cannot do op at all. Every rank
+// (gpu.PathNCCL), through the engine (gpu.PathCoded) or host-staged by the
+// caller (gpu.PathStaged: among others every op the group's lossy policy
+// codes), with the reason; refuse is set when CUDA tensors cannot do op at
+// all. Every rank
 // that calls the same op decides the same. The first call publishes this
 // rank's GPU capabilities and waits for the ranks op involves.
 func (c *Comm) DevicePlan(op *Op) (gpu.Plan, error) {
@@ -118,7 +121,11 @@ func (c *Comm) DevicePlan(op *Op) (gpu.Plan, error) {
 	if err := c.usable(op); err != nil {
 		return gpu.Plan{}, err
 	}
-	p, err := c.deviceGroup().Plan(c.gpuOp(op))
+	g := c.gpuOp(op)
+	if _, code := c.lossyCoding(op); code.Mode != quant.None {
+		g.Lossy = code.String()
+	}
+	p, err := c.deviceGroup().Plan(g)
 	return p, deviceErr(err)
 }
 

@@ -468,3 +468,88 @@ func TestCodedPathTimeout(t *testing.T) {
 		require.Regexp(t, " (Timed out|closed|timeout) ", err.Error(), "rank %d", rank)
 	}
 }
+
+// CUDA tensors the group's lossy policy codes are planned host-staged
+// (package quant codes host memory), on every rank alike, and the staged
+// run gives the host run's bits; tensors the policy leaves exact (too
+// small, MAX) keep their GPU path.
+func TestLossyCUDATensorsPlannedStaged(t *testing.T) {
+	const n, per = 2, 40000
+	opts := map[string]string{"lossy": "all_gather=int8,all_reduce=int8"}
+	dev := newDevRig(t, n, opts)
+	host := newRigWith(t, n, "host", 60*time.Second, func(int) map[string]string { return opts })
+	gather := func(numel int) func(rank int) tensorOp {
+		return func(rank int) tensorOp {
+			es := dtype.BFloat16.Size()
+			to := tensorOp{kind: opkind.AllGather, dt: dtype.BFloat16,
+				tensors: [][]byte{randomData(dtype.BFloat16, numel, uint64(800+rank)), make([]byte, n*numel*es)},
+				in:      []ref{{0, 0, numel * es}}}
+			for j := 0; j < n; j++ {
+				to.out = append(to.out, ref{1, j * numel * es, numel * es})
+			}
+			return to
+		}
+	}
+	reduceOf := func(op reduce.Op) func(rank int) tensorOp {
+		return func(rank int) tensorOp {
+			d := randomData(dtype.Float32, n*per, uint64(900+rank))
+			return tensorOp{kind: opkind.AllReduce, dt: dtype.Float32, redop: op, tensors: [][]byte{d},
+				in: []ref{{0, 0, len(d)}}, out: []ref{{0, 0, len(d)}}}
+		}
+	}
+	plans := func(mk func(rank int) tensorOp) []gpu.Plan {
+		out := make([]gpu.Plan, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for rank := 0; rank < n; rank++ {
+			wg.Add(1)
+			go func(rank int) {
+				defer wg.Done()
+				to := mk(rank)
+				bufs := func(refs []ref) [][]byte {
+					b := make([][]byte, len(refs))
+					for i, x := range refs {
+						b[i] = to.tensors[x.t][x.off : x.off+x.n]
+					}
+					return b
+				}
+				op := &Op{Kind: to.kind, DType: to.dt, ReduceOp: to.redop, In: bufs(to.in), Out: bufs(to.out), Dev: &DeviceOp{Index: 0}}
+				out[rank], errs[rank] = dev.comms[rank].DevicePlan(op)
+			}(rank)
+		}
+		wg.Wait()
+		for rank, err := range errs {
+			require.NoError(t, err, "rank %d", rank)
+		}
+		return out
+	}
+	for name, c := range map[string]struct {
+		mk    func(rank int) tensorOp
+		lossy bool
+	}{
+		"all_gather int8":            {gather(per), true},
+		"all_reduce int8":            {reduceOf(reduce.Sum), true},
+		"all_gather under min_bytes": {gather(1000), false},
+		"all_reduce max":             {reduceOf(reduce.Max), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for rank, p := range plans(c.mk) {
+				lossyPlan := p.Path == gpu.PathStaged && strings.Contains(p.Reason, "lossy policy codes it (int8)")
+				require.Equal(t, c.lossy, lossyPlan, "rank %d: %+v", rank, p)
+			}
+			if !c.lossy {
+				return
+			}
+			want := runTensorOps(t, host, []string{"host", "host"}, c.mk)
+			got := runTensorOps(t, dev, []string{"staged", "staged"}, c.mk)
+			for rank := range want {
+				for i := range want[rank] {
+					require.True(t, bytes.Equal(want[rank][i], got[rank][i]), "rank %d tensor %d: staged differs from the host run", rank, i)
+				}
+			}
+			if c.mk(0).kind == opkind.AllGather { // int8 changed the values
+				require.False(t, bytes.Equal(got[0][1][:per*2], c.mk(0).tensors[0]), "the gathered values are exact")
+			}
+		})
+	}
+}

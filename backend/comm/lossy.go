@@ -60,13 +60,10 @@ func (c *Comm) SetLossy(spec string) error {
 // Policy is the group's lossy policy now.
 func (c *Comm) Policy() lossy.Policy { return *c.policy.Load() }
 
-// applyPolicy gives op the group's policy as it is now, and the mode the op
-// runs with under it. Package quant codes host memory only, so a lossy op
-// on CUDA memory (the NCCL and coded GPU paths) fails here, on every rank
-// (they share the policy and the op), rather than run exact behind the
-// user's back.
-func (c *Comm) applyPolicy(op *Op) error {
-	op.policy = c.Policy()
+// lossyCoding is the group's policy as it is now and the coding op runs
+// with under it (quant.None's: exact).
+func (c *Comm) lossyCoding(op *Op) (lossy.Policy, lossy.Coding) {
+	p := c.Policy()
 	var total int64
 	switch op.Kind {
 	case opkind.AllGather:
@@ -74,11 +71,21 @@ func (c *Comm) applyPolicy(op *Op) error {
 	case opkind.ReduceScatter, opkind.AllReduce:
 		total = byteLen(op.In) // the tensor reduced
 	default:
-		return nil // op kinds a policy cannot make lossy
+		return p, lossy.Coding{} // op kinds a policy cannot make lossy
 	}
-	op.lossy = op.policy.Applies(op.Kind, op.DType, op.ReduceOp, int(total))
+	return p, p.Applies(op.Kind, op.DType, op.ReduceOp, int(total))
+}
+
+// applyPolicy gives op the group's policy as it is now, and the mode the op
+// runs with under it. Package quant codes host memory only, so CUDA
+// tensors the policy codes are planned host-staged (DevicePlan); one that
+// reaches the NCCL or coded GPU path all the same (its policy set between
+// its plan and its submission) fails here, on every rank, rather than run
+// exact behind the user's back.
+func (c *Comm) applyPolicy(op *Op) error {
+	op.policy, op.lossy = c.lossyCoding(op)
 	if op.lossy.Mode != quant.None && op.Dev != nil {
-		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, and lossy collectives code host memory only: use CPU tensors, gpu_path=\"staged\", or a lossless group", op.Kind, op.policy, op.DType)
+		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, and lossy collectives code host memory only: this op was planned for the GPU before the policy was set", op.Kind, op.policy, op.DType)
 	}
 	return nil
 }

@@ -240,6 +240,8 @@ func TestDecide(t *testing.T) {
 		{"always without kernels, int", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.Sum}, func(a *agreement) { a.kernels = false }, noKernels, switcher.Always, PathNCCL, ""},
 		{"always without kernels, avg (never coded on the GPU)", &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Avg}, func(a *agreement) { a.kernels = false }, noKernels, switcher.Always, PathNCCL, ""},
 		{"send", &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 1}, nil, able, switcher.Auto, PathNCCL, ""},
+		{"lossy: staged", &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, Lossy: "int8"}, nil, able, switcher.Auto, PathStaged, "lossy policy codes it (int8)"},
+		{"lossy, forced coded: staged", &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, Lossy: "int8"}, func(a *agreement) { a.engine = "forced by rank 1 (ZIPCCL_GPU_PATH=coded)" }, able, switcher.Auto, PathStaged, "lossy"},
 	}
 	for _, c := range cases {
 		a := fullAgreement()
@@ -257,6 +259,9 @@ func TestDecide(t *testing.T) {
 		op         *Op
 	}{
 		{"recv from any source", "any source", nil, &Op{Kind: opkind.Recv, Root: -1, DType: dtype.Float32}},
+		{"lossy, forced nccl", "lossy coding runs on the host, but ZIPCCL_GPU_PATH=nccl on rank 0", func(a *agreement) {
+			a.forceNCCL = "ZIPCCL_GPU_PATH=nccl on rank 0"
+		}, &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, Lossy: "int4"}},
 		{"forced nccl on a shared GPU", "NCCL cannot run it: ranks 0 and 1 share", func(a *agreement) {
 			a.forceNCCL, a.shared = "ZIPCCL_GPU_PATH=nccl on rank 0", "ranks 0 and 1 share GPU g"
 		}, ar},

@@ -39,6 +39,9 @@ type Op struct {
 	Defer    bool    // coalescing: enqueue at Flush, in one NCCL group
 	Timeout  time.Duration
 	Label    string // "all_reduce(float32, 1024 elements, SUM)", for messages
+	// Lossy: the coding the group's lossy policy gives the op ("int8"),
+	// empty when it runs exact. Lossy coding runs on the host only.
+	Lossy string
 
 	// OnDone is called exactly once for an op Submit accepted: with nil
 	// when its end event completed, or with the failure.

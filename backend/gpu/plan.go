@@ -250,6 +250,15 @@ func decide(op *Op, a agreement, mine Caps, mode switcher.Mode) Plan {
 		// The sender cannot know, so it could not choose its half to match.
 		return Plan{Refuse: "receiving CUDA tensors from any source is not supported (NCCL has no any-source receive); name the source rank"}
 	}
+	if op.Lossy != "" {
+		// Package quant codes host memory; cuda/zc_quant.cu's kernels are
+		// not wired to the GPU paths yet.
+		why := fmt.Sprintf("the group's lossy policy codes it (%s), and lossy coding runs on the host", op.Lossy)
+		if a.forceNCCL != "" {
+			return Plan{Refuse: fmt.Sprintf("%s, but %s", why, a.forceNCCL)}
+		}
+		return Plan{Path: PathStaged, Reason: why}
+	}
 	engine := func(why string) Plan {
 		switch {
 		case mine.Forced == "staged":
