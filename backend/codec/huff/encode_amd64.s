@@ -98,6 +98,17 @@ done:
 	INCL    (T*1024)(DI)(CX*4) \
 	INCL    ((T+1)*1024)(DI)(DX*4)
 
+// COUNT8(R, RL, RH) counts the eight bytes of R (RL and RH its two low
+// bytes), byte j in sub-histogram j mod 4. Clobbers R, CX, DX.
+#define COUNT8(R, RL, RH) \
+	COUNT2(RL, RH, 0) \
+	SHRQ $16, R \
+	COUNT2(RL, RH, 2) \
+	SHRQ $16, R \
+	COUNT2(RL, RH, 0) \
+	SHRQ $16, R \
+	COUNT2(RL, RH, 2)
+
 // func histogram4x(h *[4][256]uint32, syms *byte, n int)
 //
 // Adds the n symbols (n a multiple of 16) to four sub-histograms, byte j of
@@ -114,20 +125,8 @@ TEXT ·histogram4x(SB), NOSPLIT, $0-24
 hloop:
 	MOVQ (SI), AX
 	MOVQ 8(SI), BX
-	COUNT2(AL, AH, 0)
-	SHRQ $16, AX
-	COUNT2(AL, AH, 2)
-	SHRQ $16, AX
-	COUNT2(AL, AH, 0)
-	SHRQ $16, AX
-	COUNT2(AL, AH, 2)
-	COUNT2(BL, BH, 0)
-	SHRQ $16, BX
-	COUNT2(BL, BH, 2)
-	SHRQ $16, BX
-	COUNT2(BL, BH, 0)
-	SHRQ $16, BX
-	COUNT2(BL, BH, 2)
+	COUNT8(AX, AL, AH)
+	COUNT8(BX, BL, BH)
 	ADDQ $16, SI
 	CMPQ SI, R8
 	JB   hloop
