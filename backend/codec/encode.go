@@ -3,7 +3,9 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/codec/huff"
@@ -20,6 +22,10 @@ type Encoder struct {
 	esc  []byte        // zip3 escapes of the tensor being encoded
 	syms []byte        // huff symbols of one block
 	hi   []byte        // fp32 high halves of one block
+
+	// twoStage: EncodeThreads gave Encode two threads for a tensor of one
+	// segment (encodeHuff2TwoStage)
+	twoStage bool
 
 	// split-mode state between EncodeStatic and EncodeDynamic
 	pending bool
@@ -114,8 +120,9 @@ func (e *Encoder) finish(dst, src []byte, start int, p *plan) []byte {
 // EncodeThreads is Encode on up to threads goroutines, each coding a run
 // of whole segments (segmentElems elements; the Huffman coders start a new
 // table at each, whatever the thread count), into the same frame as one
-// thread writes. Tensors below two segments are coded on one thread. Safe
-// for concurrent use.
+// thread writes. Tensors below two segments are coded on one thread, but
+// for bf16 and fp16 huff2 with threads >= 2: two goroutines then share each
+// block's work (encodeHuff2TwoStage). Safe for concurrent use.
 func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte, Kind, error) {
 	e := encPool.Get().(*Encoder)
 	defer encPool.Put(e)
@@ -124,10 +131,14 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 		return dst, 0, err
 	}
 	nseg := (p.numel + segmentElems - 1) / segmentElems
-	if threads = min(threads, p.numel/segmentElems); threads <= 1 {
+	segThreads := min(threads, p.numel/segmentElems)
+	if segThreads <= 1 {
+		e.twoStage = threads >= 2 && runtime.GOMAXPROCS(0) >= 2 && p.kind == Huff2 && huff2Planes(p.f) == 2 && p.nblocks >= 2
 		dst, err = e.Encode(dst, src, dt, p.kind)
+		e.twoStage = false
 		return dst, e.kind, err
 	}
+	threads = segThreads
 	start := len(dst)
 	dst = grow(dst, encodeWant(&p))[:start+HeaderLen+p.staticLen]
 	st := dst[start+HeaderLen:]
@@ -258,6 +269,9 @@ func (e *Encoder) encodeBlocks(st, dyn, src []byte, p *plan, i0, i1 int, dynamic
 	if p.kind == Huff2 && e.h2 == nil {
 		e.h2 = new(huff2Encoder)
 	}
+	if e.twoStage && dynamic && p.kind == Huff2 {
+		return e.encodeHuff2TwoStage(st, dyn, src, p, i0, i1)
+	}
 	for i := i0; i < i1; i++ {
 		e0, n, s0, sl := p.block(i)
 		if e0%segmentElems == 0 { // output depends on this segment only
@@ -297,6 +311,47 @@ func (e *Encoder) encodeBlocks(st, dyn, src []byte, p *plan, i0, i1 int, dynamic
 			}
 		}
 	}
+	return dyn
+}
+
+// encodeHuff2TwoStage is encodeBlocks for bf16 and fp16 huff2 on two
+// goroutines: one checksums each block, cuts its planes and decides their
+// records (the histogram, the table, the checks), the other writes the
+// records (the stream coder), a block behind. The two halves of a block's
+// time are about equal, and the bytes are encodeBlocks's: the tables are
+// decided in block order, as on one thread. For tensors of one segment,
+// which EncodeThreads cannot split.
+func (e *Encoder) encodeHuff2TwoStage(st, dyn, src []byte, p *plan, i0, i1 int) []byte {
+	// The stages hand blocks over through two counters, each side yielding
+	// while it waits. With channels the goroutine woken by a send queued
+	// behind the sender on the sender's P, so the stages took turns: 1.0x
+	// one thread's speed, against 1.4x to 1.55x this way.
+	var planned, written atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := i0; i < i1; i++ {
+			e0, n, _, _ := p.block(i)
+			if e0%segmentElems == 0 {
+				e.resetTables(p)
+			}
+			blk := src[e0*p.size : (e0+n)*p.size]
+			binary.LittleEndian.PutUint32(st[IndexEntry*i:], crc(blk))
+			for int64(i-i0)-written.Load() >= h2Slots {
+				runtime.Gosched()
+			}
+			e.h2.planBlock(&e.h2.jobs[(i-i0)%h2Slots], blk, n)
+			planned.Add(1)
+		}
+	}()
+	for j := int64(0); j < int64(i1-i0); j++ {
+		for planned.Load() <= j {
+			runtime.Gosched()
+		}
+		dyn = e.h2.jobs[j%h2Slots].append(dyn)
+		written.Add(1)
+	}
+	<-done
 	return dyn
 }
 

@@ -50,8 +50,40 @@ func (b *planeBufs) grow(n int) {
 // huff2Encoder codes the planes of consecutive blocks; each plane keeps its
 // own table between blocks (reused when still good).
 type huff2Encoder struct {
-	h [4]huff.Encoder
-	b planeBufs
+	h    [4]huff.Encoder
+	b    planeBufs
+	jobs [h2Slots]h2Job // bf16 and fp16: the blocks being planned and written
+}
+
+// h2Job is one bf16 or fp16 block cut into its two planes, with the records
+// decided for them.
+type h2Job struct {
+	p    [2][]byte
+	n    int
+	plan [2]huff.Plan
+}
+
+// h2Slots: blocks in flight in encodeHuff2TwoStage (being planned, waiting,
+// being written).
+const h2Slots = 3
+
+// planBlock cuts block src (n elements) into jb's planes and decides their
+// records: plane 0 always coded when shorter, plane 1 when it saves
+// huff2MinGain.
+func (e *huff2Encoder) planBlock(jb *h2Job, src []byte, n int) {
+	for i := range jb.p {
+		jb.p[i] = growBuf(jb.p[i], 1<<huff2BlockLog)
+	}
+	jb.n = n
+	splitBF16(jb.p[1][:n], jb.p[0][:n], src)
+	e.h[0].PlanExact(&jb.plan[0], jb.p[0][:n], 0)
+	e.h[1].PlanExact(&jb.plan[1], jb.p[1][:n], huff2MinGain)
+}
+
+// append appends jb's records.
+func (jb *h2Job) append(dst []byte) []byte {
+	dst = jb.plan[0].Append(dst, jb.p[0][:jb.n])
+	return jb.plan[1].Append(dst, jb.p[1][:jb.n])
 }
 
 func (e *huff2Encoder) reset() {
@@ -65,14 +97,14 @@ func (e *huff2Encoder) appendBlock(dst []byte, f zip3.Format, src []byte, n int)
 	if huff2Planes(f) == 1 { // fp8: the elements are the symbols
 		return e.h[0].AppendExact(dst, src[:n], 0)
 	}
-	e.b.grow(1 << huff2BlockLog)
 	if f == zip3.FP32 {
+		e.b.grow(1 << huff2BlockLog)
 		return e.appendFP32(dst, src, n)
 	}
 	// bf16 and fp16: bits 14..7, then the sign and bits 6..0
-	splitBF16(e.b.p[1][:n], e.b.p[0][:n], src)
-	dst = e.h[0].AppendExact(dst, e.b.p[0][:n], 0)
-	return e.h[1].AppendExact(dst, e.b.p[1][:n], huff2MinGain)
+	jb := &e.jobs[0]
+	e.planBlock(jb, src, n)
+	return jb.append(dst)
 }
 
 // appendFP32 is appendBlock for float32. The two low byte planes are

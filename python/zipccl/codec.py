@@ -46,8 +46,10 @@ the link speed decides what pays (docs/ARCHITECTURE.md).
 Threads: ``compress`` and ``decompress`` code one frame on up to one
 thread per CPU by default (``threads=N`` for N, ``threads=1`` for one). The
 Huffman coders start a fresh table every 2^22 elements, and each encoding
-thread takes a run of those segments (so a tensor below 2^23 elements is
-encoded on one thread), each decoding thread a run of blocks of 2^18
+thread takes a run of those segments (a tensor below 2^23 elements is
+encoded on one thread, or for bfloat16 and float16 huff2 on two, one
+deciding each block's tables while the other writes the previous
+block's codes), each decoding thread a run of blocks of 2^18
 elements or more; the bytes are the same whatever the thread count or the
 machine. ``decompress`` still reads
 the chunked container (docs/FORMAT.md 7a) that compress wrote for tensors

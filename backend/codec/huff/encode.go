@@ -17,6 +17,7 @@ type Encoder struct {
 	bs    buildScratch
 	nlens [257]uint8
 	exact bool // the current table is an exact one (AppendExact): no escape
+	plan  Plan // AppendExact's
 }
 
 // sampleStride: every sampleStride-th symbol feeds the table histogram.
@@ -60,26 +61,26 @@ func (e *Encoder) AppendBlock(dst, syms []byte) []byte {
 	if bits*uint64(n)/uint64(total) >= uint64(8*n) {
 		return appendRaw(dst, syms)
 	}
-	return e.appendStreams(dst, syms)
+	return appendStreams(dst, syms, e.tbuf, &e.ct)
 }
 
-// appendStreams appends a Huffman record of syms under the table in
-// e.ct/e.tbuf: the mode, the table, the four streams' lengths and the
-// streams. A record that would grow past len(syms) bytes (a sampled table
-// that fits the block badly) is written raw instead.
-func (e *Encoder) appendStreams(dst, syms []byte) []byte {
+// appendStreams appends a Huffman record of syms under the table tbuf
+// (serialized) and ct: the mode, the table, the four streams' lengths and
+// the streams. A record that would grow past len(syms) bytes (a sampled
+// table that fits the block badly) is written raw instead.
+func appendStreams(dst, syms, tbuf []byte, ct *codeTable) []byte {
 	n := len(syms)
 	start := len(dst)
 	// worst case: every symbol escaped (MaxCodeLen+8 bits)
-	need := 1 + len(e.tbuf) + streamHdr + (n*(MaxCodeLen+8)+7)/8 + 4*8
+	need := 1 + len(tbuf) + streamHdr + (n*(MaxCodeLen+8)+7)/8 + 4*8
 	dst = growCap(dst, need)
 	dst = append(dst, ModeHuff)
-	dst = append(dst, e.tbuf...)
+	dst = append(dst, tbuf...)
 	hdr := len(dst)
 	dst = dst[:hdr+streamHdr]
 	for k := 0; k < 4; k++ {
 		s0, s1 := k*n>>2, (k+1)*n>>2
-		w := encodeStreamFn(dst[len(dst):cap(dst)], syms[s0:s1], &e.ct)
+		w := encodeStreamFn(dst[len(dst):cap(dst)], syms[s0:s1], ct)
 		binary.LittleEndian.PutUint32(dst[hdr+4*k:], uint32(w))
 		dst = dst[:len(dst)+w]
 		if len(dst)-start > n {

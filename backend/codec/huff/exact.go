@@ -20,10 +20,27 @@ const residueSample = 16
 // len(syms) - len(syms)*minGain/256 bytes, else a raw record (a run record
 // when all symbols are equal). Records never exceed 1+len(syms) bytes.
 func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
+	e.PlanExact(&e.plan, syms, minGain)
+	return e.plan.Append(dst, syms)
+}
+
+// Plan is AppendExact's record, decided but not yet written: its mode and,
+// for a Huffman record, a copy of its table. Writing it (Append) reads no
+// Encoder, so the records of one block can be written on one goroutine
+// while the Encoder decides the next block's on another.
+type Plan struct {
+	mode byte
+	tbuf []byte
+	ct   codeTable
+}
+
+// PlanExact decides the record AppendExact writes for syms, into pl.
+func (e *Encoder) PlanExact(pl *Plan, syms []byte, minGain int) {
 	n := len(syms)
 	limit := n - n*minGain/256
+	pl.mode = ModeRaw
 	if !e.Screen(syms, 1, n, minGain) {
-		return appendRaw(dst, syms)
+		return
 	}
 	histogramFn(&e.hist, syms)
 	lo, hi := 255, 0
@@ -33,7 +50,8 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 		}
 	}
 	if lo == hi {
-		return append(dst, ModeRLE, syms[0])
+		pl.mode = ModeRLE
+		return
 	}
 	e.exactTable(lo, hi)
 	var bits uint64
@@ -42,10 +60,23 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 	}
 	// streams round up to whole bytes: at most 4 more
 	if 1+len(e.tbuf)+streamHdr+int(bits/8)+4 > min(limit, n) {
-		return appendRaw(dst, syms)
+		return
 	}
-	// the size is known exactly: appendStreams never falls back here
-	return e.appendStreams(dst, syms)
+	pl.mode = ModeHuff
+	pl.tbuf = append(pl.tbuf[:0], e.tbuf...)
+	pl.ct = e.ct
+}
+
+// Append appends the record planned for syms.
+func (pl *Plan) Append(dst, syms []byte) []byte {
+	switch pl.mode {
+	case ModeRLE:
+		return append(dst, ModeRLE, syms[0])
+	case ModeHuff:
+		// the size is known exactly: appendStreams never falls back here
+		return appendStreams(dst, syms, pl.tbuf, &pl.ct)
+	}
+	return appendRaw(dst, syms)
 }
 
 // Screen is AppendExact's first check on a plane of n symbols
