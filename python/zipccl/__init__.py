@@ -61,7 +61,8 @@ class Options:
         lossy: the group's opt-in lossy modes per op, e.g.
             ``{"all_gather": "int8", "reduce_scatter": "int4"}`` or
             ``{"all_reduce": "fp8"}`` (see ``set_lossy``); None keeps
-            ``ZIPCCL_LOSSY``, else lossless. Every rank must agree.
+            ``ZIPCCL_LOSSY``, else lossless. Every rank must agree. CUDA
+            tensors it codes are host-staged (coded on the CPU).
         lossy_min_bytes: the smallest tensor a lossy mode codes (default
             64 KiB); None keeps the default.
         lossy_fp8_block: fp8's block, a power of two from 32 to 1024
