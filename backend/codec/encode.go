@@ -324,8 +324,8 @@ func (e *Encoder) encodeBlocks(st, dyn, src []byte, p *plan, i0, i1 int, dynamic
 func (e *Encoder) encodeHuff2TwoStage(st, dyn, src []byte, p *plan, i0, i1 int) []byte {
 	// The stages hand blocks over through two counters, each side yielding
 	// while it waits. With channels the goroutine woken by a send queued
-	// behind the sender on the sender's P, so the stages took turns: 1.0x
-	// one thread's speed, against 1.4x to 1.55x this way.
+	// behind the sender on the sender's P, so the stages took turns
+	// (benchmarks/CODEC.md, "Two stages").
 	var planned, written atomic.Int64
 	done := make(chan struct{})
 	pl := *p // the goroutine's own: capturing p would move every Encode's plan to the heap

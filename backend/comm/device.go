@@ -111,9 +111,9 @@ func deviceErr(err error) error {
 // (gpu.PathNCCL), through the engine (gpu.PathCoded) or host-staged by the
 // caller (gpu.PathStaged: among others every op the group's lossy policy
 // codes), with the reason; refuse is set when CUDA tensors cannot do op at
-// all. Every rank
-// that calls the same op decides the same. The first call publishes this
-// rank's GPU capabilities and waits for the ranks op involves.
+// all. Every rank that calls the same op decides the same. The first call
+// publishes this rank's GPU capabilities and waits for the ranks op
+// involves.
 func (c *Comm) DevicePlan(op *Op) (gpu.Plan, error) {
 	if err := op.validate(c.cfg.Rank, c.cfg.Size); err != nil {
 		return gpu.Plan{}, err

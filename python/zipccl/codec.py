@@ -35,9 +35,9 @@ ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). It decides by encoding
 a sample with each kind and keeping the smallest (8 runs spread over the
 tensor, each 1/512 of it, between 4096 and 65536 elements, where huff is
 not tried: huff2 codes its byte at least as well; the whole tensor up to
-65536 elements, with every kind), which costs a few percent of the encode
-of a tensor of 2^21 elements or more, and more of a smaller one's (the
-sample has 32768 elements at least). Inside
+65536 elements, with every kind), which costs 1 to 5 % of a huff2 encode
+of 2^21 or 2^23 Gaussian bf16 or fp16 elements (benchmarks/RESULTS.md o3),
+and more of a smaller tensor's (the sample has 32768 elements at least). Inside
 collectives the adaptive switcher keeps the Go codec's own auto
 (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3% of
 huff's ratio), because there the coding time is on the critical path and

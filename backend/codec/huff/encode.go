@@ -17,7 +17,6 @@ type Encoder struct {
 	bs    buildScratch
 	nlens [257]uint8
 	exact bool // the current table is an exact one (AppendExact): no escape
-	plan  Plan // AppendExact's
 }
 
 // sampleStride: every sampleStride-th symbol feeds the table histogram.

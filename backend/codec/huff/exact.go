@@ -20,8 +20,7 @@ const residueSample = 16
 // len(syms) - len(syms)*minGain/256 bytes, else a raw record (a run record
 // when all symbols are equal). Records never exceed 1+len(syms) bytes.
 func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
-	e.PlanExact(&e.plan, syms, minGain)
-	return e.plan.Append(dst, syms)
+	return appendRecord(dst, syms, e.decideExact(syms, minGain), e.tbuf, &e.ct)
 }
 
 // Plan is AppendExact's record, decided but not yet written: its mode and,
@@ -36,11 +35,24 @@ type Plan struct {
 
 // PlanExact decides the record AppendExact writes for syms, into pl.
 func (e *Encoder) PlanExact(pl *Plan, syms []byte, minGain int) {
+	if pl.mode = e.decideExact(syms, minGain); pl.mode == ModeHuff {
+		pl.tbuf = append(pl.tbuf[:0], e.tbuf...)
+		pl.ct = e.ct
+	}
+}
+
+// Append appends the record planned for syms.
+func (pl *Plan) Append(dst, syms []byte) []byte {
+	return appendRecord(dst, syms, pl.mode, pl.tbuf, &pl.ct)
+}
+
+// decideExact returns the mode of AppendExact's record for syms; for
+// ModeHuff the table is in e.tbuf and e.ct.
+func (e *Encoder) decideExact(syms []byte, minGain int) byte {
 	n := len(syms)
 	limit := n - n*minGain/256
-	pl.mode = ModeRaw
 	if !e.Screen(syms, 1, n, minGain) {
-		return
+		return ModeRaw
 	}
 	histogramFn(&e.hist, syms)
 	lo, hi := 255, 0
@@ -50,8 +62,7 @@ func (e *Encoder) PlanExact(pl *Plan, syms []byte, minGain int) {
 		}
 	}
 	if lo == hi {
-		pl.mode = ModeRLE
-		return
+		return ModeRLE
 	}
 	e.exactTable(lo, hi)
 	var bits uint64
@@ -60,21 +71,20 @@ func (e *Encoder) PlanExact(pl *Plan, syms []byte, minGain int) {
 	}
 	// streams round up to whole bytes: at most 4 more
 	if 1+len(e.tbuf)+streamHdr+int(bits/8)+4 > min(limit, n) {
-		return
+		return ModeRaw
 	}
-	pl.mode = ModeHuff
-	pl.tbuf = append(pl.tbuf[:0], e.tbuf...)
-	pl.ct = e.ct
+	return ModeHuff
 }
 
-// Append appends the record planned for syms.
-func (pl *Plan) Append(dst, syms []byte) []byte {
-	switch pl.mode {
+// appendRecord appends a record of syms in mode, a Huffman one under the
+// table tbuf and ct.
+func appendRecord(dst, syms []byte, mode byte, tbuf []byte, ct *codeTable) []byte {
+	switch mode {
 	case ModeRLE:
 		return append(dst, ModeRLE, syms[0])
 	case ModeHuff:
 		// the size is known exactly: appendStreams never falls back here
-		return appendStreams(dst, syms, pl.tbuf, &pl.ct)
+		return appendStreams(dst, syms, tbuf, ct)
 	}
 	return appendRaw(dst, syms)
 }
