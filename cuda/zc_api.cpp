@@ -599,6 +599,52 @@ zccl_status zccl_quant_accumulate(zccl_ctx* ctx, const void* main_in, int64_t ma
   return quant_run(ctx, p, ops, 2, (numel + 2047) / 2048, decode_units(numel), ws, ws_size, stream, flags);
 }
 
+// The elementwise steps: one launch, no workspace.
+static zccl_status quant_elementwise(zccl_ctx* ctx, zc::QuantParams& p, zccl_stream_t stream, unsigned flags) {
+  if (zc_backend::set_device(ctx->device) != 0) return backend_fail();
+  if (p.numel == 0) return ZCCL_OK;
+  const int grid = grid_for((p.numel + zc::kThreads - 1) / zc::kThreads, ctx->info.sm_count,
+                            ctx->info.quant_ctas_per_sm[p.op]);
+  if (zc_backend::launch_quant(p, grid, stream) != 0) return backend_fail();
+  if ((flags & ZCCL_FLAG_SYNC) && zc_backend::stream_sync(stream) != 0) return backend_fail();
+  return ZCCL_OK;
+}
+
+zccl_status zccl_quant_add_exact(zccl_ctx* ctx, int dtype, const void* src, int64_t numel, float* acc, int first,
+                                 zccl_stream_t stream, unsigned flags) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  if (!zc::q_dtype_ok(dtype)) return fail(ZCCL_ERR_UNSUPPORTED, "dtype %d: float32, bfloat16 or float16", dtype);
+  if (!numel_ok(numel) || (numel > 0 && (src == nullptr || acc == nullptr)))
+    return fail(ZCCL_ERR_INVALID, "bad element count or NULL buffer");
+  zc::QuantParams p;
+  memset(&p, 0, sizeof p);
+  p.op = zc::QOP_ADD_EXACT;
+  p.dtype = dtype;
+  p.first = first != 0 ? 1 : 0;
+  p.numel = numel;
+  p.src = (const uint8_t*)src;
+  p.dst = (uint8_t*)acc;
+  return quant_elementwise(ctx, p, stream, flags);
+}
+
+zccl_status zccl_quant_finish(zccl_ctx* ctx, const float* acc, int64_t numel, int divisor, int dtype, void* dst,
+                              zccl_stream_t stream, unsigned flags) {
+  if (ctx == nullptr) return fail(ZCCL_ERR_INVALID, "ctx is NULL");
+  if (!zc::q_dtype_ok(dtype)) return fail(ZCCL_ERR_UNSUPPORTED, "dtype %d: float32, bfloat16 or float16", dtype);
+  if (divisor < 1) return fail(ZCCL_ERR_INVALID, "divisor %d: want 1 or more", divisor);
+  if (!numel_ok(numel) || (numel > 0 && (acc == nullptr || dst == nullptr)))
+    return fail(ZCCL_ERR_INVALID, "bad element count or NULL buffer");
+  zc::QuantParams p;
+  memset(&p, 0, sizeof p);
+  p.op = zc::QOP_FINISH;
+  p.dtype = dtype;
+  p.div = divisor;
+  p.numel = numel;
+  p.src = (const uint8_t*)acc;
+  p.dst = (uint8_t*)dst;
+  return quant_elementwise(ctx, p, stream, flags);
+}
+
 zccl_status zccl_workspace_status(zccl_ctx* ctx, const void* ws, zccl_stream_t stream, char* msg, size_t msg_len) {
   if (ctx == nullptr || ws == nullptr) return fail(ZCCL_ERR_INVALID, "NULL ctx or workspace");
   if (zc_backend::set_device(ctx->device) != 0) return backend_fail();

@@ -25,6 +25,14 @@ __global__ void __launch_bounds__(zc::kThreads) k_qaccum(const __grid_constant__
   zc::quant_accum_cta(p);
 }
 
+__global__ void __launch_bounds__(zc::kThreads) k_qadd(const __grid_constant__ zc::QuantParams p) {
+  zc::quant_add_exact_cta(p);
+}
+
+__global__ void __launch_bounds__(zc::kThreads) k_qfinish(const __grid_constant__ zc::QuantParams p) {
+  zc::quant_finish_cta(p);
+}
+
 using Kernel = void (*)(const zc::QuantParams);
 
 Kernel kernel_of(int op) {
@@ -35,6 +43,8 @@ Kernel kernel_of(int op) {
     case zc::QOP_COPY: return k_qcopy;
     case zc::QOP_DECODE: return k_qdecode;
     case zc::QOP_ACCUM: return k_qaccum;
+    case zc::QOP_ADD_EXACT: return k_qadd;
+    case zc::QOP_FINISH: return k_qfinish;
   }
   return nullptr;
 }

@@ -50,8 +50,17 @@ ZC_HD constexpr uint32_t q_max_scale(int mode) {
   return mode == QMODE_INT4 ? 0x7E124924u : (mode == QMODE_FP8 ? 0x7B124924u : 0x7C010204u);
 }
 // The kernels (QuantParams::op).
-enum : int { QOP_ENCODE = 0, QOP_SCAN_ENC = 1, QOP_COPY = 2, QOP_SCAN_DEC = 3, QOP_DECODE = 4, QOP_ACCUM = 5 };
-constexpr int kQOps = 6;
+enum : int {
+  QOP_ENCODE = 0,
+  QOP_SCAN_ENC = 1,
+  QOP_COPY = 2,
+  QOP_SCAN_DEC = 3,
+  QOP_DECODE = 4,
+  QOP_ACCUM = 5,
+  QOP_ADD_EXACT = 6,  // a rank's own contribution into the accumulators, exact
+  QOP_FINISH = 7      // the accumulators, divided (AVG), rounded once
+};
+constexpr int kQOps = 8;
 // Detail codes of DevStatus (after zc_kernels.h's).
 enum : int {
   D_Q_HEADER = 13,
@@ -148,8 +157,8 @@ struct QuantParams {
   int32_t dtype;  // encode: the elements' dtype; decode: the output's; accumulate: 0
   int32_t mode;   // encode
   int32_t log;    // encode: log2 of the block size
-  int32_t first;  // accumulate: acc = x' instead of acc + x'
-  int32_t pad;
+  int32_t first;  // accumulate, add exact: acc = x' instead of acc + x'
+  int32_t div;    // finish: the divisor of an AVG (1: none)
   int64_t numel;
   const uint8_t* src;      // encode: the elements
   uint8_t* main_out;       // encode: the main part (MainLen bytes)
@@ -811,6 +820,31 @@ ZC_HD inline void quant_accum_cta(const QuantParams& P) {
   }
 }
 
+// The lossy reductions' own steps (backend/lossy's addExact and finish),
+// elementwise over a grid-stride loop. Add exact: the accumulators at dst
+// (float32) take src's elements (P.dtype) widened, added as quant's
+// Accumulate adds (q_add), or set with P.first. Finish: src's float32
+// accumulators, divided by P.div when it is more than 1, rounded to
+// P.dtype once into dst.
+ZC_HD inline void quant_add_exact_cta(const QuantParams& P) {
+  const int SZ = q_elem_size(P.dtype);
+  float* acc = (float*)P.dst;
+  for (int64_t i = (int64_t)bid() * kThreads + tid(); i < P.numel; i += (int64_t)nbid() * kThreads) {
+    const float v = widen(P.dtype, load_elem(P.src + i * SZ, SZ));
+    acc[i] = P.first ? v : q_add(acc[i], v);
+  }
+}
+
+ZC_HD inline void quant_finish_cta(const QuantParams& P) {
+  const int SZ = q_elem_size(P.dtype);
+  const float* acc = (const float*)P.src;
+  const float d = (float)P.div;
+  for (int64_t i = (int64_t)bid() * kThreads + tid(); i < P.numel; i += (int64_t)nbid() * kThreads) {
+    const float v = P.div > 1 ? fdiv_rn(acc[i], d) : acc[i];
+    store_elem(P.dst + i * SZ, SZ, narrow(P.dtype, v));
+  }
+}
+
 struct QFp8Smem;
 ZC_HD ZC_INLINE size_t q_fp8_smem_bytes();
 
@@ -819,7 +853,7 @@ ZC_HD ZC_INLINE size_t q_fp8_smem_bytes();
 // device).
 ZC_HD ZC_INLINE size_t quant_smem_bytes(int op) {
   if (op == QOP_SCAN_ENC || op == QOP_SCAN_DEC) return sizeof(QScanSmem);
-  return op == QOP_COPY ? 0 : q_fp8_smem_bytes();
+  return op == QOP_COPY || op == QOP_ADD_EXACT || op == QOP_FINISH ? 0 : q_fp8_smem_bytes();
 }
 
 // Any of the kernels by P.op (the emulator's single entry point).
@@ -831,6 +865,8 @@ ZC_HD inline void quant_cta(const QuantParams& P) {
     case QOP_COPY: quant_copy_cta(P); break;
     case QOP_DECODE: quant_decode_cta(P); break;
     case QOP_ACCUM: quant_accum_cta(P); break;
+    case QOP_ADD_EXACT: quant_add_exact_cta(P); break;
+    case QOP_FINISH: quant_finish_cta(P); break;
   }
 }
 

@@ -233,6 +233,17 @@ zccl_status zccl_quant_accumulate(zccl_ctx* ctx, const void* main_in, int64_t ma
                                   int64_t exact_len, int64_t numel, float* acc, int first, void* ws, int64_t ws_size,
                                   zccl_stream_t stream, unsigned flags);
 
+/* The lossy reductions' own steps (added within ABI 3), elementwise, in
+ * stream order, no workspace. Add exact: acc[i] = acc[i] + x[i] in float32
+ * (as zccl_quant_accumulate adds), or acc[i] = x[i] when first is non-zero,
+ * x being numel elements of dtype at src widened: a rank's own
+ * contribution, which it does not quantize. Finish: dst[i] = acc[i] /
+ * divisor (when divisor > 1, float32 division: AVG) rounded once to dtype. */
+zccl_status zccl_quant_add_exact(zccl_ctx* ctx, int dtype, const void* src, int64_t numel, float* acc, int first,
+                                 zccl_stream_t stream, unsigned flags);
+zccl_status zccl_quant_finish(zccl_ctx* ctx, const float* acc, int64_t numel, int divisor, int dtype, void* dst,
+                              zccl_stream_t stream, unsigned flags);
+
 #ifdef __cplusplus
 }
 #endif

@@ -122,9 +122,7 @@ func (c *Comm) DevicePlan(op *Op) (gpu.Plan, error) {
 		return gpu.Plan{}, err
 	}
 	g := c.gpuOp(op)
-	if _, code := c.lossyCoding(op); code.Mode != quant.None {
-		g.Lossy = code.String()
-	}
+	_, g.Lossy = c.lossyCoding(op)
 	p, err := c.deviceGroup().Plan(g)
 	return p, deviceErr(err)
 }
@@ -160,13 +158,14 @@ func (c *Comm) submitDevice(op *Op) error {
 	c.mu.Unlock()
 	t := &task{op: op, start: time.Now()}
 	g := c.gpuOp(op)
+	g.Lossy = op.lossy
 	source := -1
 	if op.Kind.IsP2P() {
 		source = op.Root
 	}
 	g.OnDone = func(err error) {
 		t.decision = g.Decision
-		if g.Decision.Coded {
+		if g.Decision.Coded || g.Lossy.Mode != quant.None {
 			t.wire.Store(g.Wire)
 		} else if err == nil {
 			t.wire.Store(byteLen(op.In))

@@ -77,15 +77,16 @@ func (c *Comm) lossyCoding(op *Op) (lossy.Policy, lossy.Coding) {
 }
 
 // applyPolicy gives op the group's policy as it is now, and the mode the op
-// runs with under it. Package quant codes host memory only, so CUDA
-// tensors the policy codes are planned host-staged (DevicePlan); one that
-// reaches the NCCL or coded GPU path all the same (its policy set between
-// its plan and its submission) fails here, on every rank, rather than run
-// exact behind the user's back.
+// runs with under it. A CUDA tensor the policy covers is planned lossy on
+// the GPU (NCCL) or host-staged (DevicePlan), never GPU-coded on the
+// engine's transport, whose coders are lossless: one that reaches that path
+// all the same (its policy set between its plan and its submission) fails
+// here, on every rank, rather than run exact behind the user's back. The
+// GPU side re-plans NCCL ops with their coding and refuses them likewise.
 func (c *Comm) applyPolicy(op *Op) error {
 	op.policy, op.lossy = c.lossyCoding(op)
-	if op.lossy.Mode != quant.None && op.Dev != nil {
-		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, and lossy collectives code host memory only: this op was planned for the GPU before the policy was set", op.Kind, op.policy, op.DType)
+	if op.lossy.Mode != quant.None && op.Dev != nil && op.Dev.Engine {
+		return invalidf("%s: the group's lossy policy (%v) covers this %v tensor, and it was planned for the GPU-coded path, which codes losslessly only: this op was planned before the policy was set", op.Kind, op.policy, op.DType)
 	}
 	return nil
 }

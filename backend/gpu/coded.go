@@ -194,6 +194,28 @@ func dataError(err error) bool {
 // runCoded runs op on the coded path, guarded by its deadline and the
 // group's context.
 func (g *Group) runCoded(op *Op, c ncclComm, deadline time.Time) error {
+	return g.runOnDevice(op, c, deadline, "coded", func(x *coder) error {
+		switch op.Kind {
+		case opkind.AllReduce:
+			return x.allReduce()
+		case opkind.ReduceScatter:
+			return x.reduceScatter()
+		case opkind.AllGather:
+			return x.allGather()
+		case opkind.AllToAll:
+			return x.allToAll()
+		case opkind.Broadcast:
+			return x.broadcast()
+		}
+		return fmt.Errorf("no coded algorithm for %v", op.Kind)
+	})
+}
+
+// runOnDevice runs one op of the kernels and NCCL (run), on the submitting
+// thread: a timer aborts the communicators at the op's deadline, so that
+// NCCL's waits end, and the group's context does as it is cancelled. what
+// names the path in a timeout's message.
+func (g *Group) runOnDevice(op *Op, c ncclComm, deadline time.Time, what string, run func(x *coder) error) error {
 	k, err := g.env.Kernels()
 	if err != nil {
 		return g.fail(CodeInternal, op, "%v", err)
@@ -204,30 +226,22 @@ func (g *Group) runCoded(op *Op, c ncclComm, deadline time.Time) error {
 	defer timer.Stop()
 	defer stop()
 	x := &coder{g: g, k: k, c: c, op: op, dev: op.Device, st: op.Stream, dt: op.DType, es: int64(op.DType.Size()), deadline: deadline}
-	switch op.Kind {
-	case opkind.AllReduce:
-		err = x.allReduce()
-	case opkind.ReduceScatter:
-		err = x.reduceScatter()
-	case opkind.AllGather:
-		err = x.allGather()
-	case opkind.AllToAll:
-		err = x.allToAll()
-	case opkind.Broadcast:
-		err = x.broadcast()
-	default:
-		err = fmt.Errorf("no coded algorithm for %v", op.Kind)
-	}
+	err = run(x)
 	op.Wire = x.wire
+	var mismatch *mismatchError
 	switch {
 	case err == nil:
 		return nil
 	case timedOut.Load():
-		e := g.fail(CodeTimeout, op, "timed out after %v (coded; the NCCL communicators were aborted)", op.Timeout)
+		e := g.fail(CodeTimeout, op, "timed out after %v (%s; the NCCL communicators were aborted)", op.Timeout, what)
 		g.breakDevice(errors.New(e.Error()), nil)
 		return e
 	case g.cfg.Ctx.Err() != nil:
 		return g.breakOn(op, context.Cause(g.cfg.Ctx))
+	case errors.As(err, &mismatch):
+		// Every rank read the same headers and fails alike; the
+		// communicators are fine.
+		return g.fail(CodeInvalid, op, "%v", err)
 	case dataError(err):
 		// The frames arrived but do not decode: this op fails, the
 		// communicators are fine.

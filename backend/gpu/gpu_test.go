@@ -17,7 +17,9 @@ import (
 
 	"github.com/zipccl/zipccl/backend/codec"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
@@ -206,6 +208,9 @@ func TestDecide(t *testing.T) {
 	able := Caps{Kernels: true}
 	noKernels := Caps{KernelsErr: "sees no CUDA device"}
 	stager := Caps{Kernels: true, Forced: "staged"}
+	int8Coding := lossy.Coding{Mode: quant.Int8, Block: 2048}
+	lossyAG := &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, Lossy: int8Coding, In: []Buf{{1, 64}}, Out: []Buf{{1, 64}, {2, 64}}}
+	lossyRS := &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, Lossy: lossy.Coding{Mode: quant.Int4, Block: 256}}
 	noNCCL := func(a *agreement) { a.nccl, a.ncclWhy = false, "NCCL is missing on rank 1 (x)" }
 	cases := []struct {
 		name   string
@@ -240,8 +245,14 @@ func TestDecide(t *testing.T) {
 		{"always without kernels, int", &Op{Kind: opkind.AllReduce, DType: dtype.Int32, ReduceOp: reduce.Sum}, func(a *agreement) { a.kernels = false }, noKernels, switcher.Always, PathNCCL, ""},
 		{"always without kernels, avg (never coded on the GPU)", &Op{Kind: opkind.AllReduce, DType: dtype.BFloat16, ReduceOp: reduce.Avg}, func(a *agreement) { a.kernels = false }, noKernels, switcher.Always, PathNCCL, ""},
 		{"send", &Op{Kind: opkind.Send, DType: dtype.Float32, Root: 1}, nil, able, switcher.Auto, PathNCCL, ""},
-		{"lossy: staged", &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, Lossy: "int8"}, nil, able, switcher.Auto, PathStaged, "lossy policy codes it (int8)"},
-		{"lossy, forced coded: staged", &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, Lossy: "int8"}, func(a *agreement) { a.engine = "forced by rank 1 (ZIPCCL_GPU_PATH=coded)" }, able, switcher.Auto, PathStaged, "lossy"},
+		{"lossy all_gather: nccl", lossyAG, nil, able, switcher.Auto, PathNCCL, "lossy policy codes it (int8), quantized on the GPU"},
+		{"lossy, forced coded: staged", lossyAG, func(a *agreement) { a.engine = "forced by rank 1 (ZIPCCL_GPU_PATH=coded)" }, able, switcher.Auto, PathStaged, "coded on the host: forced by rank 1"},
+		{"lossy, a rank without kernels: staged", lossyAG, func(a *agreement) { a.kernels, a.kernelsWhy = false, "the CUDA kernel library is missing on rank 1" }, able, switcher.Auto, PathStaged, "missing on rank 1"},
+		{"lossy, shared GPU: staged", lossyAG, func(a *agreement) { a.shared = "ranks 0 and 1 share GPU g" }, able, switcher.Auto, PathStaged, "share GPU"},
+		{"lossy, uneven shards: staged", &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, Lossy: int8Coding, In: []Buf{{1, 64}}, Out: []Buf{{1, 64}, {2, 32}}}, nil, able, switcher.Auto, PathStaged, "differ in size"},
+		{"lossy reduce_scatter: nccl", lossyRS, nil, able, switcher.Auto, PathNCCL, "quantized on the GPU"},
+		{"lossy reduce_scatter over hosts of several ranks: staged", lossyRS, func(a *agreement) { a.hosts = "the ranks span 2 hosts of 2 ranks" }, able, switcher.Auto, PathStaged, "sums exactly inside each host"},
+		{"lossy all_gather over hosts of several ranks: nccl", lossyAG, func(a *agreement) { a.hosts = "the ranks span 2 hosts of 2 ranks" }, able, switcher.Auto, PathNCCL, "quantized on the GPU"},
 	}
 	for _, c := range cases {
 		a := fullAgreement()
@@ -259,9 +270,9 @@ func TestDecide(t *testing.T) {
 		op         *Op
 	}{
 		{"recv from any source", "any source", nil, &Op{Kind: opkind.Recv, Root: -1, DType: dtype.Float32}},
-		{"lossy, forced nccl", "lossy coding runs on the host, but ZIPCCL_GPU_PATH=nccl on rank 0", func(a *agreement) {
-			a.forceNCCL = "ZIPCCL_GPU_PATH=nccl on rank 0"
-		}, &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, Lossy: "int4"}},
+		{"lossy, forced nccl", "but ZIPCCL_GPU_PATH=nccl on rank 0, and lossy coding cannot run on the GPU: ranks 0 and 1 share", func(a *agreement) {
+			a.forceNCCL, a.shared = "ZIPCCL_GPU_PATH=nccl on rank 0", "ranks 0 and 1 share GPU g"
+		}, &Op{Kind: opkind.ReduceScatter, DType: dtype.Float32, ReduceOp: reduce.Sum, Lossy: lossy.Coding{Mode: quant.Int4, Block: 256}}},
 		{"forced nccl on a shared GPU", "NCCL cannot run it: ranks 0 and 1 share", func(a *agreement) {
 			a.forceNCCL, a.shared = "ZIPCCL_GPU_PATH=nccl on rank 0", "ranks 0 and 1 share GPU g"
 		}, ar},
@@ -310,6 +321,17 @@ func TestAgree(t *testing.T) {
 	}
 	if a.nvlink || !strings.Contains(a.nvlinkWhy, "another host") {
 		t.Fatalf("nvlink: %+v", a)
+	}
+	if a.hosts != "" { // hosts of 2 and 1 ranks
+		t.Fatalf("hosts: %+v", a)
+	}
+	four := []Caps{caps(0), caps(1), caps(2), caps(3)}
+	four[2].Peer.Host, four[3].Peer.Host = "other", "other"
+	if a = agree(four, topo, "h"); a.hosts != "the ranks span 2 hosts of 2 ranks" {
+		t.Fatalf("equal hosts: %+v", a)
+	}
+	if a = agree(four[1:], topo, "h"); a.hosts != "" {
+		t.Fatalf("unequal hosts: %+v", a)
 	}
 }
 

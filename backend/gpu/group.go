@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
@@ -39,9 +41,9 @@ type Op struct {
 	Defer    bool    // coalescing: enqueue at Flush, in one NCCL group
 	Timeout  time.Duration
 	Label    string // "all_reduce(float32, 1024 elements, SUM)", for messages
-	// Lossy: the coding the group's lossy policy gives the op ("int8"),
-	// empty when it runs exact. Lossy coding runs on the host only.
-	Lossy string
+	// Lossy: the coding the group's lossy policy gives the op (Mode
+	// quant.None when it runs exact).
+	Lossy lossy.Coding
 
 	// OnDone is called exactly once for an op Submit accepted: with nil
 	// when its end event completed, or with the failure.
@@ -319,7 +321,12 @@ func (g *Group) Submit(op *Op) error {
 	if p := decide(op, a, *g.mine, g.cfg.Mode); p.Path != PathNCCL {
 		return g.fail(CodeInvalid, op, "cannot run through NCCL (%s%s); the shim should have staged it", p.Reason, p.Refuse)
 	}
-	if op.Defer {
+	if op.Lossy.Mode != quant.None {
+		// It runs now, on this thread: the coalesced ops before it go first.
+		if err := g.flushLocked(); err != nil {
+			return err
+		}
+	} else if op.Defer {
 		g.deferred = append(g.deferred, op)
 		return nil
 	}
@@ -327,7 +334,12 @@ func (g *Group) Submit(op *Op) error {
 	if err != nil {
 		return err
 	}
-	if d, ok := g.wantCoded(op, a, c, deadline); ok {
+	if op.Lossy.Mode != quant.None {
+		op.Decision = switcher.Decision{Why: fmt.Sprintf("lossy %v (the group's policy), on the GPU", op.Lossy)}
+		if err := g.runLossy(op, c, deadline); err != nil {
+			return err
+		}
+	} else if d, ok := g.wantCoded(op, a, c, deadline); ok {
 		op.Decision = d
 		if err := g.runCoded(op, c, deadline); err != nil {
 			return err
@@ -344,6 +356,10 @@ func (g *Group) Submit(op *Op) error {
 func (g *Group) Flush() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.flushLocked()
+}
+
+func (g *Group) flushLocked() error {
 	ops := g.deferred
 	g.deferred = nil
 	if len(ops) == 0 {

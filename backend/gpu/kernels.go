@@ -149,7 +149,7 @@ func OpenKernels(path string) (*Kernels, error) {
 		return nil, fmt.Errorf("cannot load the CUDA kernel library %s: %s", path, C.GoString(&errBuf[0]))
 	}
 	k := &Kernels{path: path, h: h, fn: map[string]unsafe.Pointer{}, ctxs: map[int]*C.zccl_ctx{}}
-	for _, name := range kernelSyms {
+	for _, name := range append(kernelSyms, quantSyms...) {
 		cn := C.CString(name)
 		p := C.dlsym(h, cn)
 		C.free(unsafe.Pointer(cn))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/topology"
@@ -70,6 +71,7 @@ type agreement struct {
 	forceNCCL   string // non-empty: a rank forces NCCL
 	shared      string // non-empty: two ranks share a GPU, which NCCL refuses
 	ethernet    string // non-empty: the ranks span hosts and a host has no RDMA NIC
+	hosts       string // non-empty: the ranks span equal hosts of several ranks each
 }
 
 // agree folds caps. topo and host are this host's view, used for the NVLink
@@ -78,7 +80,7 @@ type agreement struct {
 func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	a := agreement{nccl: true, kernels: true}
 	var noNCCL, noKernels, engine, forceNCCL, noRDMA []string
-	hosts := map[string]bool{}
+	hosts := map[string]int{}
 	for _, c := range caps {
 		if c.NCCLVersion == 0 {
 			noNCCL = append(noNCCL, fmt.Sprintf("rank %d (%s)", c.Rank, firstNonEmpty(c.NCCLError, "no NCCL")))
@@ -94,7 +96,7 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 		case "coded", "staged":
 			engine = append(engine, fmt.Sprintf("rank %d (ZIPCCL_GPU_PATH=%s)", c.Rank, c.Forced))
 		}
-		hosts[c.Peer.Host] = true
+		hosts[c.Peer.Host]++
 		if !c.RDMA {
 			noRDMA = append(noRDMA, fmt.Sprintf("rank %d", c.Rank))
 		}
@@ -116,6 +118,15 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	if len(hosts) > 1 && len(noRDMA) > 0 {
 		a.ethernet = fmt.Sprintf("the ranks span %d hosts and %s %s no RDMA NIC (NCCL would use plain sockets)",
 			len(hosts), strings.Join(noRDMA, ", "), map[bool]string{true: "has", false: "have"}[len(noRDMA) == 1])
+	}
+	if per := len(caps) / max(len(hosts), 1); len(hosts) > 1 && per > 1 {
+		equal := true
+		for _, k := range hosts {
+			equal = equal && k == per
+		}
+		if equal {
+			a.hosts = fmt.Sprintf("the ranks span %d hosts of %d ranks", len(hosts), per)
+		}
 	}
 	// NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so
 	// processes that share one (tests, or oversubscribed jobs) use the
@@ -250,14 +261,8 @@ func decide(op *Op, a agreement, mine Caps, mode switcher.Mode) Plan {
 		// The sender cannot know, so it could not choose its half to match.
 		return Plan{Refuse: "receiving CUDA tensors from any source is not supported (NCCL has no any-source receive); name the source rank"}
 	}
-	if op.Lossy != "" {
-		// Package quant codes host memory; cuda/zc_quant.cu's kernels are
-		// not wired to the GPU paths yet.
-		why := fmt.Sprintf("the group's lossy policy codes it (%s), and lossy coding runs on the host", op.Lossy)
-		if a.forceNCCL != "" {
-			return Plan{Refuse: fmt.Sprintf("%s, but %s", why, a.forceNCCL)}
-		}
-		return Plan{Path: PathStaged, Reason: why}
+	if op.Lossy.Mode != quant.None {
+		return decideLossy(op, a)
 	}
 	engine := func(why string) Plan {
 		switch {
@@ -294,4 +299,19 @@ func decide(op *Op, a agreement, mine Caps, mode switcher.Mode) Plan {
 		return Plan{Path: PathStaged, Reason: "compression is on (mode always) but " + a.kernelsWhy}
 	}
 	return Plan{Path: PathNCCL}
+}
+
+// decideLossy plans an op the group's lossy policy codes: quantized on the
+// GPU and moved by NCCL where every rank can, host-staged otherwise (the
+// host codes the same bytes). Nothing here falls back to exact.
+func decideLossy(op *Op, a agreement) Plan {
+	why := fmt.Sprintf("the group's lossy policy codes it (%v)", op.Lossy)
+	whyNot := firstNonEmpty(a.engine, a.shared, a.ncclWhy, orText(a.kernels, "", a.kernelsWhy), lossyOnGPU(op, a))
+	switch {
+	case whyNot == "":
+		return Plan{Path: PathNCCL, Reason: why + ", quantized on the GPU and moved by NCCL"}
+	case a.forceNCCL != "":
+		return Plan{Refuse: fmt.Sprintf("%s, but %s, and lossy coding cannot run on the GPU: %s", why, a.forceNCCL, whyNot)}
+	}
+	return Plan{Path: PathStaged, Reason: why + ", coded on the host: " + whyNot}
 }

@@ -75,6 +75,14 @@ static int zc_qaccum(void* f, zccl_ctx* c, const void* main_in, int64_t main_len
 	                         zccl_stream_t, unsigned))f)(c, main_in, main_len, exact_in, exact_len, numel, (float*)acc,
 	                                                      first, ws, wsn, 0, ZCCL_FLAG_SYNC);
 }
+static int zc_qadd(void* f, zccl_ctx* c, int dtype, const void* src, int64_t numel, void* acc, int first) {
+	return ((zccl_status (*)(zccl_ctx*, int, const void*, int64_t, float*, int, zccl_stream_t, unsigned))f)(
+	    c, dtype, src, numel, (float*)acc, first, 0, ZCCL_FLAG_SYNC);
+}
+static int zc_qfinish(void* f, zccl_ctx* c, const void* acc, int64_t numel, int div, int dtype, void* dst) {
+	return ((zccl_status (*)(zccl_ctx*, const float*, int64_t, int, int, void*, zccl_stream_t, unsigned))f)(
+	    c, (const float*)acc, numel, div, dtype, dst, 0, ZCCL_FLAG_SYNC);
+}
 static void zc_set_source(zccl_source* s, int kind, void* a, int64_t len) {
 	s->kind = kind;
 	s->a = a;
@@ -103,7 +111,7 @@ var names = []string{
 	"zccl_max_frame_len", "zccl_frame_slots", "zccl_encode_workspace_size", "zccl_decode_workspace_size",
 	"zccl_reduce_workspace_size", "zccl_malloc", "zccl_free", "zccl_memcpy", "zccl_encode_frames",
 	"zccl_decode_frames", "zccl_decode_reduce", "zccl_quant_main_len", "zccl_quant_workspace_size",
-	"zccl_quant_encode", "zccl_quant_decode", "zccl_quant_accumulate",
+	"zccl_quant_encode", "zccl_quant_decode", "zccl_quant_accumulate", "zccl_quant_add_exact", "zccl_quant_finish",
 }
 
 // ErrNoDevice: the library loaded but sees no CUDA device.
@@ -470,4 +478,57 @@ func (l *Lib) QuantAccumulate(main, exact []byte, acc []byte, first bool) ([]byt
 		return nil, l.err(st)
 	}
 	return da.get(0, int64(len(acc)))
+}
+
+// QuantAddExact adds src (numel elements of dtype) widened to acc (float32
+// values as bytes), or sets acc to them with first, and returns the result.
+func (l *Lib) QuantAddExact(dtype int, src []byte, acc []byte, first bool) ([]byte, error) {
+	numel := int64(len(acc) / 4)
+	ds, err := l.alloc(int64(len(src)) + 1)
+	if err != nil {
+		return nil, err
+	}
+	defer ds.free()
+	da, err := l.alloc(int64(len(acc)) + 1)
+	if err != nil {
+		return nil, err
+	}
+	defer da.free()
+	if err := ds.put(0, src); err != nil {
+		return nil, err
+	}
+	if err := da.put(0, acc); err != nil {
+		return nil, err
+	}
+	f := C.int(0)
+	if first {
+		f = 1
+	}
+	if st := C.zc_qadd(l.fn["zccl_quant_add_exact"], l.ctx, C.int(dtype), ds.p, C.int64_t(numel), da.p, f); st != 0 {
+		return nil, l.err(st)
+	}
+	return da.get(0, int64(len(acc)))
+}
+
+// QuantFinish returns acc (float32 values as bytes) divided by div (when
+// more than 1) and rounded to dtype (size bytes an element).
+func (l *Lib) QuantFinish(acc []byte, div, dtype, size int) ([]byte, error) {
+	numel := int64(len(acc) / 4)
+	da, err := l.alloc(int64(len(acc)) + 1)
+	if err != nil {
+		return nil, err
+	}
+	defer da.free()
+	dd, err := l.alloc(numel*int64(size) + 1)
+	if err != nil {
+		return nil, err
+	}
+	defer dd.free()
+	if err := da.put(0, acc); err != nil {
+		return nil, err
+	}
+	if st := C.zc_qfinish(l.fn["zccl_quant_finish"], l.ctx, da.p, C.int64_t(numel), C.int(div), C.int(dtype), dd.p); st != 0 {
+		return nil, l.err(st)
+	}
+	return dd.get(0, numel*int64(size))
 }

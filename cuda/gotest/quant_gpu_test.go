@@ -13,6 +13,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/dtype"
 	"github.com/zipccl/zipccl/backend/quant"
+	"github.com/zipccl/zipccl/backend/reduce"
 )
 
 var quantModes = []quant.Mode{quant.Int8, quant.Int4, quant.FP8}
@@ -114,6 +115,75 @@ func TestQuantMatchesGo(t *testing.T) {
 							t.Fatalf("%s: accumulate (first %v) differs from quant.Accumulate", what, first)
 						}
 					}
+				}
+			}
+		}
+	}
+}
+
+// The lossy reductions' own steps give backend/lossy's results bit for
+// bit: a rank's own contribution added exact (reduce's widening and
+// accumulation, float32's +=), and the sum divided (AVG) and rounded once.
+func TestQuantAddExactAndFinishMatchGo(t *testing.T) {
+	l := open(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, dt := range []dtype.DType{dtype.Float32, dtype.BFloat16, dtype.Float16} {
+		for _, n := range []int{0, 1, 255, 256, 70001} {
+			what := fmt.Sprintf("%v n %d", dt, n)
+			src := gaussian(dt, n, 3, uint64(n)+1)
+			acc := make([]float32, n)
+			for j := range acc {
+				acc[j] = float32(rng.NormFloat64() * 1e3)
+			}
+			if n > 10 { // specials, never two NaNs at one index (x86 keeps the operand's payload)
+				dtype.PutFloat32(dt, src, 9, float32(math.NaN()))
+				dtype.PutFloat32(dt, src, 5, float32(math.Inf(1)))
+				acc[3], acc[4], acc[5] = float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))
+				acc[6] = 3e38 // float16 and bfloat16 overflow
+			}
+			for _, first := range []bool{false, true} {
+				got, err := l.QuantAddExact(int(dt), src, f32Bytes(acc), first)
+				if err != nil {
+					t.Fatalf("%s: add exact: %v", what, err)
+				}
+				want := append([]float32{}, acc...)
+				switch {
+				case dt == dtype.Float32:
+					for i := range want {
+						v := math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+						if first {
+							want[i] = v
+						} else {
+							want[i] += v
+						}
+					}
+				case first:
+					reduce.Widen(dt, want, src)
+				default:
+					reduce.Accum(dt, reduce.Sum, want, src)
+				}
+				if !bytes.Equal(got, f32Bytes(want)) {
+					t.Fatalf("%s: add exact (first %v) differs from Go", what, first)
+				}
+			}
+			for _, div := range []int{1, 3, 8} {
+				got, err := l.QuantFinish(f32Bytes(acc), div, int(dt), dt.Size())
+				if err != nil {
+					t.Fatalf("%s: finish: %v", what, err)
+				}
+				want := append([]float32{}, acc...)
+				if div > 1 {
+					for i := range want {
+						want[i] /= float32(div)
+					}
+				}
+				wb := f32Bytes(want)
+				if dt != dtype.Float32 {
+					wb = make([]byte, n*dt.Size())
+					reduce.Narrow(dt, wb, want)
+				}
+				if !bytes.Equal(got, wb) {
+					t.Fatalf("%s: finish (divisor %d) differs from Go", what, div)
 				}
 			}
 		}

@@ -1,0 +1,402 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/lossy"
+	"github.com/zipccl/zipccl/backend/opkind"
+	"github.com/zipccl/zipccl/backend/quant"
+	"github.com/zipccl/zipccl/backend/reduce"
+)
+
+// The lossy GPU path: an op the group's lossy policy codes, on CUDA
+// tensors, is quantized by the kernel library (cuda/zc_quant.cu, the bytes
+// package quant writes) and its messages move through NCCL. Each rank codes
+// its shard once and every rank, this one included, decodes every shard
+// from the same bytes, so the outputs are bitwise identical on every rank
+// and equal to the host path's (backend/lossy), whose shards are the same
+// blocks.
+//
+// The policy is checked before any payload moves: every rank all-gathers a
+// small header (mode, block size, element count, its exact part's length)
+// and compares it with its own, so ranks that disagree fail on every rank,
+// naming both policies. A rank whose policy makes the op exact calls plain
+// NCCL instead, and the op then ends at its timeout, as NCCL's own
+// mismatched calls do.
+
+// mismatchError: the ranks disagree about the op (its lossy coding).
+type mismatchError struct{ msg string }
+
+func (e *mismatchError) Error() string { return e.msg }
+
+// lossyOnGPU says why op, which the policy codes, cannot run lossy on the
+// GPU ("" when it can). The GPU's reductions are the host path's one-hop
+// form; across equal hosts of several ranks the host path sums exactly
+// inside each host first (other numerics), so those run there.
+func lossyOnGPU(op *Op, a agreement) string {
+	switch op.Kind {
+	case opkind.AllGather:
+		for _, b := range op.Out {
+			if b.Bytes != op.In[0].Bytes {
+				return "its shards differ in size"
+			}
+		}
+		return ""
+	case opkind.ReduceScatter, opkind.AllReduce:
+		if a.hosts != "" {
+			return a.hosts + ", and the host path's reduction sums exactly inside each host"
+		}
+		return ""
+	}
+	return fmt.Sprintf("no lossy GPU algorithm for %s", op.Kind)
+}
+
+// runLossy runs op lossily through NCCL (the plan was PathNCCL).
+func (g *Group) runLossy(op *Op, c ncclComm, deadline time.Time) error {
+	return g.runOnDevice(op, c, deadline, "lossy", func(x *coder) error {
+		switch op.Kind {
+		case opkind.AllGather:
+			return x.lossyAllGather()
+		case opkind.ReduceScatter:
+			return x.lossyReduceScatter()
+		case opkind.AllReduce:
+			return x.lossyAllReduce()
+		}
+		return fmt.Errorf("no lossy GPU algorithm for %v", op.Kind)
+	})
+}
+
+// The header each rank all-gathers before a lossy step's payload, as
+// little-endian int64: magic, mode, block size, the elements of the whole
+// op (the same on every rank), then the lengths of the exact parts this
+// rank sends (one per message; the encoder writes them).
+const (
+	lossyMagic   = 0x7a63_6c6f_7373_7901 // "zclossy", 1
+	lossyFixed   = 4
+	lossyMaxHead = 8 * (lossyFixed + 1024)
+)
+
+// lossyHeaders all-gathers this rank's header (at head, lossyFixed words
+// then k exact lengths) into heads, waits for it, checks every rank's
+// fixed words against this rank's and returns every rank's exact lengths.
+func (x *coder) lossyHeaders(head, heads uintptr, words []int64, k int) ([][]int64, error) {
+	n := x.g.cfg.Size
+	hl := 8 * (lossyFixed + k)
+	if err := x.c.AllGather(head, heads, hl, ncclUint8, x.st); err != nil {
+		return nil, err
+	}
+	x.wire += int64(hl * (n - 1))
+	if err := x.settle(); err != nil {
+		return nil, err
+	}
+	if err := x.k.Sync(x.dev, x.st); err != nil {
+		return nil, err
+	}
+	raw := make([]byte, n*hl)
+	if err := x.k.CopyToHost(x.dev, raw, heads); err != nil {
+		return nil, err
+	}
+	out := make([][]int64, n)
+	for j := range out {
+		w := make([]int64, lossyFixed+k)
+		for i := range w {
+			w[i] = int64(binary.LittleEndian.Uint64(raw[j*hl+8*i:]))
+		}
+		if w[0] != lossyMagic {
+			return nil, &mismatchError{fmt.Sprintf("ranks disagree on the operation: rank %d sent no lossy header (is its lossy policy this rank's?)", j)}
+		}
+		for i := 1; i < lossyFixed; i++ {
+			if w[i] != words[i] {
+				return nil, &mismatchError{fmt.Sprintf("ranks disagree on the lossy policy: rank %d codes %s, rank %d codes %s",
+					x.g.cfg.Rank, describeLossy(words), j, describeLossy(w))}
+			}
+		}
+		out[j] = w[lossyFixed:]
+	}
+	return out, nil
+}
+
+func describeLossy(w []int64) string {
+	return fmt.Sprintf("%v (block %d) over %d elements", quant.Mode(w[1]), w[2], w[3])
+}
+
+// lossyHead writes this rank's header's fixed words (the exact lengths
+// follow, written by the encoder) and returns them.
+func (x *coder) lossyHead(head uintptr, total int64) ([]int64, error) {
+	words := []int64{lossyMagic, int64(x.op.Lossy.Mode), int64(x.op.Lossy.Block), total}
+	raw := make([]byte, 8*lossyFixed)
+	for i, v := range words {
+		binary.LittleEndian.PutUint64(raw[8*i:], uint64(v))
+	}
+	return words, x.k.CopyFromHost(x.dev, head, raw)
+}
+
+// mainLen is the main part of a message of numel elements under the op's
+// coding.
+func (x *coder) mainLen(numel int64) (int64, error) {
+	code := x.op.Lossy
+	l := x.k.QuantMainLen(code.Mode, numel, code.Block)
+	if l < 0 {
+		return 0, fmt.Errorf("the kernel library refuses %v for %d elements", code, numel)
+	}
+	return l, nil
+}
+
+// workspaces returns k quant workspaces for up to numel elements, each
+// wsLen bytes apart: a call clears its own status, so each message whose
+// status is read afterwards needs its own.
+func (x *coder) workspaces(slot int, k int, numel int64) (uintptr, int64, error) {
+	wsLen := roundUp(x.k.QuantWorkspace(numel), 256)
+	ws, err := x.buf(slot, int64(k)*wsLen)
+	return ws, wsLen, err
+}
+
+// checkWorkspaces synchronizes the stream and returns the first data error
+// recorded for rank j's message in workspace j.
+func (x *coder) checkWorkspaces(ws uintptr, wsLen int64, k int, skip int) error {
+	if err := x.settle(); err != nil {
+		return err
+	}
+	for j := range k {
+		if j == skip {
+			continue
+		}
+		if err := x.k.WorkspaceStatus(x.dev, ws+uintptr(int64(j)*wsLen), x.st); err != nil {
+			return fmt.Errorf("rank %d's message: %w", j, err)
+		}
+	}
+	return nil
+}
+
+// lossyGather codes count elements of dt at src once and decodes every
+// rank's message (counts[j] elements) into dsts[j] as x.dt: the main
+// parts, padded to the longest, in one all-gather; the exact parts, padded
+// likewise, in a second only when some rank has one.
+func (x *coder) lossyGather(src uintptr, dt dtype.DType, counts []int64, dsts []uintptr) error {
+	n, me := x.g.cfg.Size, x.g.cfg.Rank
+	var total, slot, most int64
+	for _, c := range counts {
+		l, err := x.mainLen(c)
+		if err != nil {
+			return err
+		}
+		total += c
+		slot, most = max(slot, l), max(most, c)
+	}
+	mine, err := x.mainLen(counts[me])
+	if err != nil {
+		return err
+	}
+	exactCap := max(counts[me]*int64(dt.Size()), 1)
+	mains, err1 := x.buf(sGather, int64(n)*slot)
+	exact, err2 := x.buf(sSend, exactCap)
+	head, err3 := x.buf(sLens, lossyMaxHead)
+	heads, err4 := x.buf(sLensAll, int64(n)*lossyMaxHead)
+	ws, wsLen, err5 := x.workspaces(sWsDec, n, most)
+	if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+		return err
+	}
+	words, err := x.lossyHead(head, total)
+	if err != nil {
+		return err
+	}
+	at := mains + uintptr(int64(me)*slot)
+	if err := x.k.QuantEncode(x.dev, dt, x.op.Lossy.Mode, x.op.Lossy.Block, src, counts[me], at, exact, exactCap,
+		head+8*lossyFixed, ws, wsLen, x.st); err != nil {
+		return err
+	}
+	hs, err := x.lossyHeaders(head, heads, words, 1)
+	if err != nil {
+		return err
+	}
+	if err := x.c.AllGather(at, mains, int(slot), ncclUint8, x.st); err != nil {
+		return err
+	}
+	x.wire += mine * int64(n-1)
+	var longest int64
+	for _, h := range hs {
+		longest = max(longest, h[0])
+	}
+	var exacts uintptr
+	if longest > 0 {
+		if exacts, err = x.buf(sRecv, int64(n)*longest); err != nil {
+			return err
+		}
+		at := exacts + uintptr(int64(me)*longest)
+		if err := x.k.MemcpyAsync(x.dev, at, exact, hs[me][0], DeviceToDevice, x.st); err != nil {
+			return err
+		}
+		if err := x.c.AllGather(at, exacts, int(longest), ncclUint8, x.st); err != nil {
+			return err
+		}
+		x.wire += hs[me][0] * int64(n-1)
+	}
+	for j := range n {
+		l, _ := x.mainLen(counts[j])
+		var ex uintptr
+		if hs[j][0] > 0 {
+			ex = exacts + uintptr(int64(j)*longest)
+		}
+		if err := x.k.QuantDecode(x.dev, mains+uintptr(int64(j)*slot), l, ex, hs[j][0], x.dt, counts[j], dsts[j],
+			ws+uintptr(int64(j)*wsLen), wsLen, x.st); err != nil {
+			return err
+		}
+	}
+	return x.checkWorkspaces(ws, wsLen, n, -1)
+}
+
+// lossyAllGather: this rank's shard coded once, every shard decoded on
+// every rank from the same bytes.
+func (x *coder) lossyAllGather() error {
+	n := x.g.cfg.Size
+	counts := make([]int64, n)
+	dsts := make([]uintptr, n)
+	for j := range n {
+		counts[j] = int64(x.op.In[0].Bytes) / x.es
+		dsts[j] = x.op.Out[j].Ptr
+	}
+	return x.lossyGather(x.op.In[0].Ptr, x.dt, counts, dsts)
+}
+
+// lossyToOwners sums every rank's contributions to this rank's shard into
+// the float32 accumulators at acc, the one-hop form of backend/lossy's
+// toOwners: each rank codes its contribution to every other rank's shard
+// (ins[j], x.dt) once and sends it there; the owner adds them in rank
+// order in float32, its own exact.
+func (x *coder) lossyToOwners(ins []Buf, acc uintptr) error {
+	n, me := x.g.cfg.Size, x.g.cfg.Rank
+	counts := make([]int64, n)
+	mains := make([]int64, n)
+	slots := make([]int64, n+1) // this rank's messages, main then exact, back to back
+	var total int64
+	for j, b := range ins {
+		counts[j] = int64(b.Bytes) / x.es
+		l, err := x.mainLen(counts[j])
+		if err != nil {
+			return err
+		}
+		total += counts[j]
+		mains[j] = l
+		slots[j+1] = slots[j]
+		if j != me {
+			slots[j+1] += roundUp(l+int64(b.Bytes), 256)
+		}
+	}
+	recvSlot := roundUp(mains[me]+int64(ins[me].Bytes), 256)
+	send, err1 := x.buf(sSend, slots[n])
+	recv, err2 := x.buf(sRecv, int64(n)*recvSlot)
+	head, err3 := x.buf(sLens, lossyMaxHead)
+	heads, err4 := x.buf(sLensAll, int64(n)*lossyMaxHead)
+	wsE, wsELen, err5 := x.workspaces(sWsEnc, 1, maxOf(counts))
+	ws, wsLen, err6 := x.workspaces(sWsRed, n, counts[me])
+	if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+		return err
+	}
+	if 8*(lossyFixed+n) > lossyMaxHead {
+		return fmt.Errorf("lossy reductions on the GPU take at most %d ranks", lossyMaxHead/8-lossyFixed)
+	}
+	words, err := x.lossyHead(head, total)
+	if err != nil {
+		return err
+	}
+	for j := range n {
+		if j == me {
+			continue
+		}
+		out := send + uintptr(slots[j])
+		if err := x.k.QuantEncode(x.dev, x.dt, x.op.Lossy.Mode, x.op.Lossy.Block, ins[j].Ptr, counts[j], out,
+			out+uintptr(mains[j]), int64(ins[j].Bytes), head+uintptr(8*(lossyFixed+j)), wsE, wsELen, x.st); err != nil {
+			return err
+		}
+	}
+	hs, err := x.lossyHeaders(head, heads, words, n)
+	if err != nil {
+		return err
+	}
+	if err := x.exchange(func(j int) (uintptr, int64, uintptr, int64) {
+		return send + uintptr(slots[j]), mains[j] + hs[me][j], recv + uintptr(int64(j)*recvSlot), mains[me] + hs[j][me]
+	}, false); err != nil {
+		return err
+	}
+	for j := range n {
+		if j == me {
+			if err := x.k.QuantAddExact(x.dev, x.dt, ins[me].Ptr, counts[me], acc, j == 0, x.st); err != nil {
+				return err
+			}
+			continue
+		}
+		m := recv + uintptr(int64(j)*recvSlot)
+		if err := x.k.QuantAccumulate(x.dev, m, mains[me], m+uintptr(mains[me]), hs[j][me], counts[me], acc, j == 0,
+			ws+uintptr(int64(j)*wsLen), wsLen, x.st); err != nil {
+			return err
+		}
+	}
+	return x.checkWorkspaces(ws, wsLen, n, me)
+}
+
+// avgDivisor is what an AVG divides the float32 sum by (1: SUM).
+func (x *coder) avgDivisor() int {
+	if x.op.ReduceOp == reduce.Avg {
+		return x.g.cfg.Size
+	}
+	return 1
+}
+
+// lossyReduceScatter: the reduction to owners, then the owner's sum
+// divided (AVG) and rounded once into Out[0].
+func (x *coder) lossyReduceScatter() error {
+	numel := int64(x.op.Out[0].Bytes) / x.es
+	acc, err := x.buf(sRed, 4*max(numel, 1))
+	if err != nil {
+		return err
+	}
+	if err := x.lossyToOwners(x.op.In, acc); err != nil {
+		return err
+	}
+	return x.k.QuantFinish(x.dev, acc, numel, x.avgDivisor(), x.dt, x.op.Out[0].Ptr, x.st)
+}
+
+// lossyAllReduce is backend/lossy's two-shot: the tensor cut into one shard
+// of whole units per rank, reduced to the owners, each owner's float32 sum
+// (AVG's division done) coded once and gathered; every rank decodes every
+// shard from the same bytes.
+func (x *coder) lossyAllReduce() error {
+	n, me := x.g.cfg.Size, x.g.cfg.Rank
+	numel := int64(x.op.In[0].Bytes) / x.es
+	nb := int64(quant.Blocks(int(numel), lossy.Unit))
+	ins := make([]Buf, n)
+	counts := make([]int64, n)
+	dsts := make([]uintptr, n)
+	for j := range n {
+		lo := min(numel, nb*int64(j)/int64(n)*lossy.Unit)
+		hi := min(numel, nb*int64(j+1)/int64(n)*lossy.Unit)
+		ins[j] = Buf{Ptr: x.op.In[0].Ptr + uintptr(lo*x.es), Bytes: int((hi - lo) * x.es)}
+		counts[j] = hi - lo
+		dsts[j] = x.op.Out[0].Ptr + uintptr(lo*x.es)
+	}
+	acc, err := x.buf(sMine, 4*max(counts[me], 1))
+	if err != nil {
+		return err
+	}
+	if err := x.lossyToOwners(ins, acc); err != nil {
+		return err
+	}
+	if d := x.avgDivisor(); d > 1 {
+		if err := x.k.QuantFinish(x.dev, acc, counts[me], d, dtype.Float32, acc, x.st); err != nil {
+			return err
+		}
+	}
+	return x.lossyGather(acc, dtype.Float32, counts, dsts)
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
