@@ -122,6 +122,21 @@ def test_eq15_for_1920_square_at_rank_64():
 # -- 4. window rules ----------------------------------------------------------
 
 
+def test_rank_follows_the_change_between_windows():
+    # The paper's direction rule: a window whose mean entropy is lower than
+    # the previous one's lowers the rank, a higher one raises it, even while
+    # the entropy stays far below the first window's.
+    shape = (1920, 1920)
+    ctl = RankController(r_min=4, r_max=64, warmup_iterations=0)
+    assert ctl.end_window(5.0, 1000, shape).rank is None  # H_0: the error budget of rank 64
+    assert [ctl.end_window(h, 1000 * w, shape).rank for w, h in [(2, 4.0), (3, 3.0), (4, 2.0)]] == [56, 48, 40]
+    rise = ctl.end_window(2.05, 5000, shape)
+    assert round(rise.target) == round(rank_after_entropy_change(40, *shape, -0.05)) > 40
+    assert rise.rank == min(round(rise.target), 48)
+    assert ctl.end_window(2.05, 6000, shape).rank == rise.rank  # no change keeps it
+    assert ctl.end_window(2.0, 7000, shape).rank < rise.rank
+
+
 def test_window_clamps_and_warmup():
     rng = random.Random(0)
     for trial in range(20):
@@ -468,3 +483,26 @@ def test_ddp_gpt_with_edgc_vs_plain(pools):
     assert plain < r0["plain"]["losses"][0] * 0.8  # it learned
     assert edgc_bytes <= 0.6 * plain_bytes, (edgc_bytes, plain_bytes)
     assert abs(edgc / plain - 1) <= 0.01, (plain, edgc)
+
+
+# -- the demo's equal-bytes check -------------------------------------------
+
+
+def test_demo_equal_bytes_check_interpolates_the_fixed_ranks():
+    from zipccl.demo import report
+
+    def run(mb: float, loss: float) -> dict:
+        return {"ddp": {"losses": [loss] * 10, "zipccl_wire_per_step": mb * 1e6, "median_step_s": 1.0}}
+
+    def verdict(edgc: dict) -> report.Check:
+        runs = {"zipccl": run(40, 2.70), "zipccl-fixed-8": run(8, 2.73), "zipccl-fixed-24": run(12, 2.70),
+                "zipccl-edgc": edgc}
+        [check] = [c for c in report.dp_hook_checks(runs) if "equal bytes" in c.name]
+        return check
+
+    assert report.equal_bytes_loss([(8, 2.73), (12, 2.70)], 10) == pytest.approx(2.715)
+    assert verdict(run(10, 2.714)).passed and not verdict(run(10, 2.716)).passed  # the line through both
+    assert "2.7150 (interpolated)" in verdict(run(10, 2.716)).detail
+    assert verdict(run(6, 2.73)).passed and not verdict(run(6, 2.74)).passed  # cheaper than every fixed rank
+    more = verdict(run(13, 2.60))  # more bytes than every fixed rank: not compared
+    assert not more.passed and "add a higher --psgd-rank" in more.detail

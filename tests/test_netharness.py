@@ -439,19 +439,19 @@ def test_demo_dp_hook_edgc(tmp_path) -> None:
     toss of NIC noise and EDGC's early high rank, so the only FAIL allowed
     is that one; the speed goal is reported, not checked."""
     out = subprocess.run([sys.executable, "-m", "zipccl", "demo", "--dp-hook", "edgc", "--steps", "12", "-q",
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                          "--psgd-rank", "24", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     fails = [line for line in out.stdout.splitlines() if line.startswith("[FAIL]")]
     assert all("EDGC loss <= PowerSGD's at equal bytes" in line for line in fails), out.stdout[-3000:]
     assert out.returncode == (1 if fails else 0), out.stdout[-3000:] + out.stderr[-3000:]
     for line in ("4 network namespaces on a bridge, each link 100 Mbit/s", "[PASS] DDP: EDGC loss within 1 %",
                  "DDP: EDGC step >= 1.3x plain DDP's", "NOT torch's powerSGD_hook",
-                 "zipccl fixed-rank PowerSGD rank by step: steps 0-9 uncompressed, 10-11 rank 24",
+                 "zipccl PowerSGD rank 24 rank by step: steps 0-9 uncompressed, 10-11 rank 24",
                  "zipccl EDGC rank by step: steps 0-9 uncompressed, 10-11 rank ", "EDGC r_max = "):
         assert line in out.stdout, out.stdout[-3000:]
     [result] = tmp_path.glob("demo-*.json")
     runs = json.loads(result.read_text())["runs"]
-    assert set(runs) == {"zipccl", "zipccl-fixed", "zipccl-edgc"}
-    fixed, edgc = runs["zipccl-fixed"]["ddp"], runs["zipccl-edgc"]["ddp"]
+    assert set(runs) == {"zipccl", "zipccl-fixed-24", "zipccl-edgc"}
+    fixed, edgc = runs["zipccl-fixed-24"]["ddp"], runs["zipccl-edgc"]["ddp"]
     assert fixed["hook_ranks"] == [None] * 10 + [24] * 2
     assert len(edgc["nic_steps"]) == 12 and all(b > 0 for b in edgc["nic_steps"])
     # compressed steps send well under half of the uncompressed ones

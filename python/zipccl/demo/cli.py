@@ -38,20 +38,20 @@ bound by the collectives' latency more than by bytes. 8 heads instead of
 6 (at the default d_model), so that each rank gets whole heads.
 
 ``--dp-hook edgc`` trains DDP with gradient compression hooks instead,
-alternating in one launch on three zipccl groups: plain DDP, PowerSGD at
-a fixed rank (--psgd-rank, default 24) and zipccl.hooks' EDGC (r_min 4,
+alternating in one launch on zipccl groups: plain DDP, PowerSGD at fixed
+ranks (--psgd-rank, default 24 and 96) and zipccl.hooks' EDGC (r_min 4,
 r_max None: from the link zipccl measured and the hook's own compression
 time; windows of 5 steps, entropy sampled every step: the paper's 1000
 and 1/alpha = 10 would leave no window to act in 100 steps). The
-fixed-rank run is EDGCState with r_min = r_max, not torch's powerSGD_hook,
-which fails on CPU tensors (see DP_HOOK_LAUNCHES), so it shares EDGC's
+fixed-rank runs are EDGCState with r_min = r_max, not torch's powerSGD_hook,
+which fails on CPU tensors (see DP_HOOK_LAUNCHES), so they share EDGC's
 start rule: compression from the first window after warm-up whose
-entropy is below the first window's. Its rank, 24, is of the order of
-EDGC's mean rank (31.5 in benchmarks/RESULTS.md (m)), so that the two
-send comparable bytes. Bytes are not linear in rank (at high ranks fewer
-matrices pass min_compression_rate), so the equal-bytes check compares
-only where EDGC sent no more bytes than this run, and says so where it
-sent more. Defaults: 4 ranks, one per host, 100 Mbit/s. Unshaped
+entropy is below the first window's. The equal-bytes check interpolates
+the fixed ranks' final losses linearly in bytes per step at EDGC's bytes;
+bytes are not linear in rank (at high ranks fewer matrices pass
+min_compression_rate), hence two ranks around EDGC's bytes rather than one
+rank of EDGC's mean. Where EDGC sent more bytes than every fixed rank the
+check fails and says so. Defaults: 4 ranks, one per host, 100 Mbit/s. Unshaped
 (`--dp-hook edgc --no-netns --steps 12`) a plain DDP step took 165 ms on
 this 2-core machine; shaped, plain DDP's float32 gradients put 39.0 MB a
 step on the four NICs (RESULTS (m)), about 0.8 s at 100 Mbit/s and 0.08 s
@@ -80,7 +80,8 @@ from .train import EVENT_PREFIX
 # bit for bit. key -> label; launch -> ({key: backend}, extra environment).
 LABELS = {"gloo": "gloo", "zipccl": "zipccl", "zipccl-off": "zipccl, compression off",
           "zipccl-zpp": "zipccl ZeRO++ (int8+int4)", "zipccl-fp8": "zipccl TP fp8",
-          "zipccl-fixed": "zipccl fixed-rank PowerSGD", "zipccl-edgc": "zipccl EDGC"}
+          "zipccl-edgc": "zipccl EDGC"}
+FIXED_RUN = "zipccl-fixed-"  # + the rank: --dp-hook's fixed-rank PowerSGD runs
 LAUNCHES = [
     ({"gloo": "gloo", "zipccl": "zipccl"}, {}),
     ({"zipccl-off": "zipccl"}, {"ZIPCCL_COMPRESS": "never"}),
@@ -113,13 +114,13 @@ TP_BATCH = 16
 # ran a blocked callback's completions on another thread) and on gloo (2
 # ranks: "Received data size doesn't match expected size. Is there a
 # distributed collective mismatch").
-DP_HOOK_LAUNCHES = {"edgc": [({"zipccl": "zipccl", "zipccl-fixed": "zipccl", "zipccl-edgc": "zipccl"}, {})]}
+DP_HOOK_LAUNCHES = {"edgc": [({"zipccl": "zipccl", "zipccl-edgc": "zipccl"}, {})]}  # and --psgd-rank's runs
 DP_HOOK_LINK = "100mbit"
 EDGC_WARMUP_FRACTION = 0.1  # the paper's, and torch's advice for start_powerSGD_iter
 EDGC_R_MIN = 4
 EDGC_WINDOW = 5
 EDGC_ALPHA = 1.0
-PSGD_RANK = 24  # of the order of EDGC's mean rank: see the docstring
+PSGD_RANKS = "24,96"  # around EDGC's bytes: see the docstring
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -134,8 +135,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="edgc: DDP on zipccl plain, with PowerSGD at a fixed rank (--psgd-rank) and "
                         f"with zipccl.hooks' EDGC (r_max from the measured link) (defaults: 4 ranks, "
                         f"--link-rate {DP_HOOK_LINK})")
-    p.add_argument("--psgd-rank", type=int, default=PSGD_RANK,
-                   help=f"--dp-hook: the fixed-rank PowerSGD run's rank (default {PSGD_RANK})")
+    p.add_argument("--psgd-rank", default=PSGD_RANKS,
+                   help=f"--dp-hook: the fixed-rank PowerSGD runs' ranks, a comma list: EDGC's loss is compared "
+                        f"with theirs interpolated at EDGC's bytes (default {PSGD_RANKS})")
     p.add_argument("--link-rate", default=None,
                    help="per-host link rate (each host's NIC) when root (default 1gbit; 100mbit with --lossy zero++ "
                         f"and {DP_HOOK_LINK} with --dp-hook)")
@@ -193,12 +195,19 @@ def _policy(args: argparse.Namespace) -> dict[str, Any]:
     return ZERO_PP_POLICY
 
 
+def _dp_hook_launches(args: argparse.Namespace) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """--dp-hook's one launch: plain DDP, the fixed ranks', EDGC."""
+    [(runs, extra)] = DP_HOOK_LAUNCHES[args.dp_hook]
+    fixed = {FIXED_RUN + str(r): "zipccl" for r in args.psgd_ranks}
+    return [({"zipccl": runs["zipccl"], **fixed, "zipccl-edgc": runs["zipccl-edgc"]}, extra)]
+
+
 def _dp_hooks(args: argparse.Namespace, runs: dict[str, str]) -> dict[str, dict[str, Any]]:
     if not args.dp_hook:
         return {}
     edgc = {"window": EDGC_WINDOW, "alpha": EDGC_ALPHA, "warmup_fraction": EDGC_WARMUP_FRACTION}
-    hooks = {"zipccl-fixed": {**edgc, "r_min": args.psgd_rank, "r_max": args.psgd_rank},
-             "zipccl-edgc": {**edgc, "r_min": EDGC_R_MIN, "r_max": None}}
+    hooks = {FIXED_RUN + str(r): {**edgc, "r_min": r, "r_max": r} for r in args.psgd_ranks}
+    hooks["zipccl-edgc"] = {**edgc, "r_min": EDGC_R_MIN, "r_max": None}
     return {k: v for k, v in hooks.items() if k in runs}
 
 
@@ -291,9 +300,16 @@ def _run(args: argparse.Namespace) -> int:
             print("zipccl demo: --dp-hook compresses float32 gradients: --comm-dtype bfloat16 does not apply",
                   file=sys.stderr)
             return 2
-        if args.psgd_rank < 1:
-            print(f"zipccl demo: --psgd-rank must be at least 1, not {args.psgd_rank}", file=sys.stderr)
+        try:
+            args.psgd_ranks = sorted({int(r) for r in args.psgd_rank.split(",") if r.strip()})
+        except ValueError:
+            args.psgd_ranks = []
+        if not args.psgd_ranks or args.psgd_ranks[0] < 1:
+            print(f"zipccl demo: --psgd-rank wants ranks of at least 1, comma-separated, not {args.psgd_rank!r}",
+                  file=sys.stderr)
             return 2
+        for r in args.psgd_ranks:
+            LABELS[FIXED_RUN + str(r)] = f"zipccl PowerSGD rank {r}"
     elif args.lossy == "zero++":
         # ZeRO++: FSDP2, with hpZ where hosts have several ranks
         default_modes = "hpz" if layout.ranks_per_host > 1 and layout.equal else "fsdp"
@@ -344,7 +360,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             if args.dp_hook:
                 _describe_dp_hooks(args)
-            launches = LOSSY_LAUNCHES[args.lossy] if args.lossy else DP_HOOK_LAUNCHES[args.dp_hook] \
+            launches = LOSSY_LAUNCHES[args.lossy] if args.lossy else _dp_hook_launches(args) \
                 if args.dp_hook else LAUNCHES
             for launch_runs, extra in launches:
                 runs.update(_launch(net, launch_runs, extra, args, modes))
@@ -364,7 +380,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.lossy == "tp-fp8":
         verdicts += report.tp_fp8_checks(runs, modes)
     elif args.dp_hook:
-        verdicts += report.dp_hook_checks(runs, args.psgd_rank)
+        verdicts += report.dp_hook_checks(runs)
     print()
     for c in verdicts:
         print(f"[{c.label()}] {report.MODE_NAMES[c.mode]}: {c.name}: {c.detail}")
@@ -389,8 +405,8 @@ def _run(args: argparse.Namespace) -> int:
 def _describe_dp_hooks(args: argparse.Namespace) -> None:
     common = (f"window={EDGC_WINDOW}, alpha={EDGC_ALPHA:g}, warmup_fraction={EDGC_WARMUP_FRACTION:g}, "
               f"total_iterations={args.steps}")
-    print(f"{LABELS['zipccl-fixed']}: zipccl.hooks.EDGCState(r_min={args.psgd_rank}, r_max={args.psgd_rank}, "
-          f"{common}) with edgc_hook, NOT torch's powerSGD_hook: that one fails on CPU tensors at its first "
+    print(f"zipccl PowerSGD rank r (r in {', '.join(map(str, args.psgd_ranks))}): zipccl.hooks.EDGCState(r_min=r, "
+          f"r_max=r, {common}) with edgc_hook, NOT torch's powerSGD_hook: that one fails on CPU tensors at its first "
           "compressed step (its callbacks issue all-reduces, so ranks disagree on their order), see demo/cli.py")
     print(f"{LABELS['zipccl-edgc']}: zipccl.hooks.EDGCState(r_min={EDGC_R_MIN}, r_max=None (from zipccl.link_model and "
           f"the hook's measured compression time), {common}) with edgc_hook")
@@ -408,7 +424,7 @@ def _print_dp_hook_results(runs: dict[str, dict[str, dict[str, Any]]], netns: bo
     else:
         print("wire MB/step*: zipccl's own payload count (loopback: no NICs)")
     print("final loss: mean of the last 10 steps")
-    for key in ("zipccl-fixed", "zipccl-edgc"):
+    for key in [k for k in runs if k.startswith(FIXED_RUN)] + ["zipccl-edgc"]:
         s = runs.get(key, {}).get("ddp")
         if s and s.get("hook_ranks") is not None:
             print(f"{LABELS[key]} rank by step: {report.rank_runs(s['hook_ranks'])}")

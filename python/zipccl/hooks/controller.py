@@ -27,12 +27,19 @@ class RankController:
     """Per-window rank decisions, identical on every rank given the same
     (agreed) window entropies.
 
-    The error budget is anchored at the first window: rank r_max's error at
-    the entropy H_0 of the first window ("the compression error of the
-    maximum rank, from the initial gradients"). At the end of window w with
-    mean entropy H_w, Eq. 15 gives the rank that keeps that error,
-    target = g^-1(e^(2 (H_0 - H_w)) g(r_max)), for the reference shape (the
-    largest matrix). Then:
+    The error budget starts at the first window: rank r_max's error at the
+    entropy H_0 of the first window ("the compression error of the maximum
+    rank, from the initial gradients"). Until compression starts, Eq. 15
+    measures each window against it: target = g^-1(e^(2 (H_0 - H_w))
+    g(r_max)), for the reference shape (the largest matrix). From then on
+    the direction follows the change of the windows' mean entropy (the
+    paper's section IV-D3: a decrease lowers the rank, otherwise it rises),
+    so Eq. 15 runs from the previous window: target = g^-1(e^(2 (H_{w-1} -
+    H_w)) g(r)), r the rank in use, which keeps the error of the rank in
+    use where the clamps held it. (Anchoring every window at H_0 instead
+    cannot raise the rank while the entropy stays below the first window's,
+    however much it rises: in a 100-step demo the rank then fell to r_min
+    and stayed there, benchmarks/RESULTS.md (m2).) Then:
 
     * warm-up: nothing is compressed until at least warmup_iterations are done
       and round(target) < r_max; compression then starts from r_max;
@@ -84,15 +91,13 @@ class RankController:
         lo = min(self.r_min, cap)
         if self.h_ref is None:
             self.h_ref = entropy
-        target = rank_after_entropy_change(cap, shape[0], shape[1], self.h_ref - entropy)
-        if self.base_rank is None:
-            if iterations_done < self.warmup_iterations or round(target) >= cap:
-                return WindowRecord(iterations_done, entropy, target, None)
-            previous = cap
-        else:
-            previous = self.base_rank
+        previous = cap if self.base_rank is None else min(max(self.base_rank, lo), cap)
+        target = rank_after_entropy_change(previous, shape[0], shape[1], self.h_ref - entropy)
+        if self.base_rank is None and (iterations_done < self.warmup_iterations or round(target) >= cap):
+            return WindowRecord(iterations_done, entropy, target, None)
         step = min(max(round(target), previous - self.max_step), previous + self.max_step)
         self.base_rank = min(max(step, lo), cap)
+        self.h_ref = entropy
         return WindowRecord(iterations_done, entropy, target, self.rank)
 
 
