@@ -232,6 +232,9 @@ func TestLossyReductionsOnEmulatedKernels(t *testing.T) {
 			})
 			t.Run(fmt.Sprintf("%v/%v/all_reduce/%v", dt, code, redop), func(t *testing.T) {
 				numel := 2*n*lossy.Unit + 777 + ci
+				if ci == 2 {
+					numel = lossy.Unit + 952 // two units for three ranks: rank 0's shard is empty
+				}
 				inPlace := ci != 1
 				ins := make([][]byte, n)
 				outs := make([][]byte, n)
