@@ -2,77 +2,17 @@ package gpu
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/zipccl/zipccl/backend/dtype"
-	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/quant"
-	"github.com/zipccl/zipccl/backend/reduce"
-	"github.com/zipccl/zipccl/backend/rendezvous"
 	"github.com/zipccl/zipccl/backend/switcher"
 	"github.com/zipccl/zipccl/backend/zlog"
 )
-
-// Buf is a region of device memory.
-type Buf struct {
-	Ptr   uintptr
-	Bytes int
-}
-
-// Op is one op on CUDA tensors. Buffer conventions are those of
-// capi/zipccl_abi.h.
-type Op struct {
-	Kind     opkind.Kind
-	DType    dtype.DType
-	ReduceOp reduce.Op
-	Root     int // rooted ops: the root; Send: destination; Recv: source
-	Tag      int64
-	PreMul   float64
-	In, Out  []Buf
-	Device   int     // CUDA device index
-	Stream   uintptr // the cudaStream_t to enqueue on
-	Done     uintptr // the shim's end-event handle (QueryFunc)
-	Defer    bool    // coalescing: enqueue at Flush, in one NCCL group
-	Timeout  time.Duration
-	Label    string // "all_reduce(float32, 1024 elements, SUM)", for messages
-	// Lossy: the coding the group's lossy policy gives the op (Mode
-	// quant.None when it runs exact).
-	Lossy lossy.Coding
-
-	// OnDone is called exactly once for an op Submit accepted: with nil
-	// when its end event completed, or with the failure.
-	OnDone func(err error)
-
-	// Set by Submit, for statistics.
-	Decision switcher.Decision
-	Wire     int64 // payload bytes this rank sent (coded ops)
-}
-
-// Config describes one rank's view of a group.
-type Config struct {
-	Rank, Size int
-	Name       string
-	Store      rendezvous.Store
-	Log        *zlog.Logger
-	Mode       switcher.Mode
-	Thresholds switcher.Defaults
-	// Ctx is cancelled when the group breaks or is torn down: in-flight
-	// device ops then fail and the NCCL communicators are aborted.
-	Ctx context.Context
-	// OnBroken is told when a device failure (timeout, NCCL error) made
-	// the group unusable.
-	OnBroken func(reason error)
-	Env      *Env // nil: the process's
-	// Forced: the group's own choice of path (its option gpu_path: nccl,
-	// coded, staged), over ZIPCCL_GPU_PATH; "" leaves that.
-	Forced string
-}
 
 // Group is one rank's GPU side of a communicator, created with it and set
 // up lazily at its first CUDA op.
@@ -169,90 +109,6 @@ func (g *Group) setDevice(op *Op) error {
 		return g.fail(CodeInvalid, op, "this group runs on cuda:%d; its CUDA tensors must all be on that device", g.device)
 	}
 	return nil
-}
-
-// publishCaps publishes this rank's capabilities once.
-func (g *Group) publishCaps() error {
-	if g.mine != nil {
-		return nil
-	}
-	c := g.env.caps(g.cfg.Rank, g.device)
-	if g.cfg.Forced != "" {
-		c.Forced = g.cfg.Forced
-	}
-	js, _ := json.Marshal(c)
-	if err := g.cfg.Store.Set(g.key("caps", g.cfg.Rank), js); err != nil {
-		return fmt.Errorf("publishing this rank's GPU capabilities: %w", err)
-	}
-	g.mine = &c
-	if c.NCCLVersion == 0 || !c.Kernels || c.Forced != "" {
-		g.log.Infof("GPU path on cuda:%d: NCCL %s, CUDA kernels %s%s", g.device,
-			orText(c.NCCLVersion != 0, versionString(c.NCCLVersion), c.NCCLError),
-			orText(c.Kernels, "loaded", c.KernelsErr), orText(c.Forced == "", "", ", ZIPCCL_GPU_PATH="+c.Forced))
-	}
-	return nil
-}
-
-func orText(ok bool, yes, no string) string {
-	if ok {
-		return yes
-	}
-	return no
-}
-
-func (g *Group) fetchCaps(ctx context.Context, rank int) (Caps, error) {
-	if rank == g.cfg.Rank {
-		return *g.mine, nil
-	}
-	js, err := g.cfg.Store.Get(ctx, g.key("caps", rank))
-	if err != nil {
-		return Caps{}, fmt.Errorf("waiting for rank %d's GPU capabilities (every rank publishes them at its first CUDA op): %w", rank, err)
-	}
-	var c Caps
-	if err := json.Unmarshal(js, &c); err != nil {
-		return Caps{}, fmt.Errorf("rank %d's GPU capabilities are unreadable: %w", rank, err)
-	}
-	return c, nil
-}
-
-// agreementFor returns what the ranks op involves can do together: the
-// whole group for collectives, the two ends for point-to-point ops.
-func (g *Group) agreementFor(op *Op, deadline time.Time) (agreement, error) {
-	if err := g.publishCaps(); err != nil {
-		return agreement{}, err
-	}
-	ctx, cancel := context.WithDeadline(g.cfg.Ctx, deadline)
-	defer cancel()
-	if op.Kind.IsP2P() && op.Root >= 0 {
-		if a := g.pair[op.Root]; a != nil {
-			return *a, nil
-		}
-		peer, err := g.fetchCaps(ctx, op.Root)
-		if err != nil {
-			return agreement{}, err
-		}
-		caps := []Caps{*g.mine, peer}
-		sort.Slice(caps, func(i, j int) bool { return caps[i].Rank < caps[j].Rank })
-		a := agree(caps, g.env.Topology(), g.env.host)
-		g.pair[op.Root] = &a
-		return a, nil
-	}
-	if g.coll == nil {
-		caps := make([]Caps, g.cfg.Size)
-		for r := range caps {
-			c, err := g.fetchCaps(ctx, r)
-			if err != nil {
-				return agreement{}, err
-			}
-			caps[r] = c
-		}
-		a := agree(caps, g.env.Topology(), g.env.host)
-		g.coll = &a
-		g.profile.NoCompress = a.nvlink
-		g.log.Infof("GPU path on cuda:%d: NCCL %s on every rank: %v; CUDA kernels on every rank: %v; %s",
-			g.device, versionString(a.ncclVersion), a.nccl, a.kernels, a.nvlinkWhy)
-	}
-	return *g.coll, nil
 }
 
 var pathLogged sync.Map
