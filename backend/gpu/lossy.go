@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -74,17 +75,19 @@ func (g *Group) runLossy(op *Op, c ncclComm, deadline time.Time) error {
 // op (the same on every rank), then the lengths of the exact parts this
 // rank sends (one per message; the encoder writes them).
 const (
-	lossyMagic   = 0x7a63_6c6f_7373_7901 // "zclossy", 1
-	lossyFixed   = 4
-	lossyMaxHead = 8 * (lossyFixed + 1024)
+	lossyMagic = 0x7a63_6c6f_7373_7901 // "zclossy", 1
+	lossyFixed = 4
 )
+
+// lossyHeadLen is a header's bytes with k exact lengths.
+func lossyHeadLen(k int) int64 { return int64(8 * (lossyFixed + k)) }
 
 // lossyHeaders all-gathers this rank's header (at head, lossyFixed words
 // then k exact lengths) into heads, waits for it, checks every rank's
 // fixed words against this rank's and returns every rank's exact lengths.
 func (x *coder) lossyHeaders(head, heads uintptr, words []int64, k int) ([][]int64, error) {
 	n := x.g.cfg.Size
-	hl := 8 * (lossyFixed + k)
+	hl := int(lossyHeadLen(k))
 	if err := x.c.AllGather(head, heads, hl, ncclUint8, x.st); err != nil {
 		return nil, err
 	}
@@ -177,33 +180,31 @@ func (x *coder) checkWorkspaces(ws uintptr, wsLen int64, k int, skip int) error 
 // likewise, in a second only when some rank has one.
 func (x *coder) lossyGather(src uintptr, dt dtype.DType, counts []int64, dsts []uintptr) error {
 	n, me := x.g.cfg.Size, x.g.cfg.Rank
+	mains := make([]int64, n)
 	var total, slot, most int64
-	for _, c := range counts {
+	for j, c := range counts {
 		l, err := x.mainLen(c)
 		if err != nil {
 			return err
 		}
+		mains[j] = l
 		total += c
 		slot, most = max(slot, l), max(most, c)
 	}
-	mine, err := x.mainLen(counts[me])
-	if err != nil {
-		return err
-	}
 	exactCap := max(counts[me]*int64(dt.Size()), 1)
-	mains, err1 := x.buf(sGather, int64(n)*slot)
+	gathered, err1 := x.buf(sGather, int64(n)*slot)
 	exact, err2 := x.buf(sSend, exactCap)
-	head, err3 := x.buf(sLens, lossyMaxHead)
-	heads, err4 := x.buf(sLensAll, int64(n)*lossyMaxHead)
+	head, err3 := x.buf(sLens, lossyHeadLen(1))
+	heads, err4 := x.buf(sLensAll, int64(n)*lossyHeadLen(1))
 	ws, wsLen, err5 := x.workspaces(sWsDec, n, most)
-	if err := firstErr(err1, err2, err3, err4, err5); err != nil {
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return err
 	}
 	words, err := x.lossyHead(head, total)
 	if err != nil {
 		return err
 	}
-	at := mains + uintptr(int64(me)*slot)
+	at := gathered + uintptr(int64(me)*slot)
 	if err := x.k.QuantEncode(x.dev, dt, x.op.Lossy.Mode, x.op.Lossy.Block, src, counts[me], at, exact, exactCap,
 		head+8*lossyFixed, ws, wsLen, x.st); err != nil {
 		return err
@@ -212,10 +213,10 @@ func (x *coder) lossyGather(src uintptr, dt dtype.DType, counts []int64, dsts []
 	if err != nil {
 		return err
 	}
-	if err := x.c.AllGather(at, mains, int(slot), ncclUint8, x.st); err != nil {
+	if err := x.c.AllGather(at, gathered, int(slot), ncclUint8, x.st); err != nil {
 		return err
 	}
-	x.wire += mine * int64(n-1)
+	x.wire += mains[me] * int64(n-1)
 	var longest int64
 	for _, h := range hs {
 		longest = max(longest, h[0])
@@ -235,12 +236,11 @@ func (x *coder) lossyGather(src uintptr, dt dtype.DType, counts []int64, dsts []
 		x.wire += hs[me][0] * int64(n-1)
 	}
 	for j := range n {
-		l, _ := x.mainLen(counts[j])
 		var ex uintptr
 		if hs[j][0] > 0 {
 			ex = exacts + uintptr(int64(j)*longest)
 		}
-		if err := x.k.QuantDecode(x.dev, mains+uintptr(int64(j)*slot), l, ex, hs[j][0], x.dt, counts[j], dsts[j],
+		if err := x.k.QuantDecode(x.dev, gathered+uintptr(int64(j)*slot), mains[j], ex, hs[j][0], x.dt, counts[j], dsts[j],
 			ws+uintptr(int64(j)*wsLen), wsLen, x.st); err != nil {
 			return err
 		}
@@ -288,15 +288,12 @@ func (x *coder) lossyToOwners(ins []Buf, acc uintptr) error {
 	recvSlot := roundUp(mains[me]+int64(ins[me].Bytes), 256)
 	send, err1 := x.buf(sSend, slots[n])
 	recv, err2 := x.buf(sRecv, int64(n)*recvSlot)
-	head, err3 := x.buf(sLens, lossyMaxHead)
-	heads, err4 := x.buf(sLensAll, int64(n)*lossyMaxHead)
+	head, err3 := x.buf(sLens, lossyHeadLen(n))
+	heads, err4 := x.buf(sLensAll, int64(n)*lossyHeadLen(n))
 	wsE, wsELen, err5 := x.workspaces(sWsEnc, 1, maxOf(counts))
 	ws, wsLen, err6 := x.workspaces(sWsRed, n, counts[me])
-	if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return err
-	}
-	if 8*(lossyFixed+n) > lossyMaxHead {
-		return fmt.Errorf("lossy reductions on the GPU take at most %d ranks", lossyMaxHead/8-lossyFixed)
 	}
 	words, err := x.lossyHead(head, total)
 	if err != nil {
@@ -390,13 +387,4 @@ func (x *coder) lossyAllReduce() error {
 		}
 	}
 	return x.lossyGather(acc, dtype.Float32, counts, dsts)
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

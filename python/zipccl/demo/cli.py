@@ -81,7 +81,7 @@ from .train import EVENT_PREFIX
 LABELS = {"gloo": "gloo", "zipccl": "zipccl", "zipccl-off": "zipccl, compression off",
           "zipccl-zpp": "zipccl ZeRO++ (int8+int4)", "zipccl-fp8": "zipccl TP fp8",
           "zipccl-edgc": "zipccl EDGC"}
-FIXED_RUN = "zipccl-fixed-"  # + the rank: --dp-hook's fixed-rank PowerSGD runs
+FIXED_RUN = report.FIXED_RUN
 LAUNCHES = [
     ({"gloo": "gloo", "zipccl": "zipccl"}, {}),
     ({"zipccl-off": "zipccl"}, {"ZIPCCL_COMPRESS": "never"}),

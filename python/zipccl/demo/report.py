@@ -156,10 +156,12 @@ DP_HOOK_LOSS_RTOL = 0.01
 DP_HOOK_SPEEDUP = 1.3
 
 
+FIXED_RUN = "zipccl-fixed-"  # + the rank: --dp-hook's fixed-rank PowerSGD runs
+
+
 def fixed_runs(runs: dict[str, dict[str, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
-    """--dp-hook's fixed-rank PowerSGD runs (key zipccl-fixed-<rank>), by rank."""
-    out = [(int(k.rsplit("-", 1)[1]), s["ddp"]) for k, s in runs.items()
-           if k.startswith("zipccl-fixed-") and s.get("ddp")]
+    """--dp-hook's fixed-rank PowerSGD runs (key FIXED_RUN + rank), by rank."""
+    out = [(int(k[len(FIXED_RUN):]), s["ddp"]) for k, s in runs.items() if k.startswith(FIXED_RUN) and s.get("ddp")]
     return sorted(out, key=lambda x: x[0])
 
 
@@ -241,7 +243,7 @@ def dp_hook_table(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, 
     plain_wire, _ = _wire(plain or {})
     lines = [f"{'backend':<26} {'step ms':>8} {'speed':>6} {'wire MB/step':>13} {'bytes':>6} {'mean rank':>10} "
              f"{'final loss':>11}"]
-    for key in ["zipccl"] + [f"zipccl-fixed-{r}" for r, _ in fixed_runs(runs)] + ["zipccl-edgc"]:
+    for key in ["zipccl"] + [f"{FIXED_RUN}{r}" for r, _ in fixed_runs(runs)] + ["zipccl-edgc"]:
         s = runs.get(key, {}).get("ddp")
         if not s:
             continue
@@ -292,7 +294,7 @@ def plot(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], mod
               "zipccl-zpp": ("tab:green", "-"), "zipccl-fp8": ("tab:green", "-"),
               "zipccl-edgc": ("tab:green", "-")}
     dashes = ["-", "--", ":", "-."] * 8
-    styles.update({f"zipccl-fixed-{r}": ("tab:purple", ls) for (r, _), ls in zip(fixed_runs(runs), dashes)})
+    styles.update({f"{FIXED_RUN}{r}": ("tab:purple", ls) for (r, _), ls in zip(fixed_runs(runs), dashes)})
     hooked = any(s.get("hook_ranks") is not None for run in runs.values() for s in run.values())
     rows = 3 if hooked else 2
     fig, axes = plt.subplots(rows, len(modes), figsize=(6 * len(modes), 3.5 * rows), squeeze=False)
