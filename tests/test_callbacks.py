@@ -48,7 +48,10 @@ try:
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     print("RESULT ok", hashlib.sha256(params.numpy().tobytes()).hexdigest(), flush=True)
 except RuntimeError as e:
-    print("RESULT error", str(e).replace("\n", " ")[:400], flush=True)
+    # torch nests the error once per callback level, each with a traceback:
+    # report zipccl's own message, wherever the nesting put it
+    msg = str(e).replace("\n", " ")
+    print("RESULT error", msg[max(msg.rfind("zipccl:"), 0):], flush=True)
 """
 
 
