@@ -40,7 +40,7 @@ func (c *Comm) deviceGroup() *gpu.Group {
 		z := c.shared.Load()
 		c.dev.g.Store(gpu.NewGroup(gpu.Config{
 			Rank: c.cfg.Rank, Size: c.cfg.Size, Name: c.cfg.Name, Store: c.cfg.Store, Log: c.log,
-			Mode: z.mode, Thresholds: z.th, Ctx: c.ctx, OnBroken: c.deviceBroken, Env: c.cfg.GPU, Forced: c.gpuPath,
+			Mode: z.mode, Thresholds: z.th, Ctx: c.ctx, OnBroken: c.deviceBroken, Env: c.cfg.GPU, Forced: c.gpuPath, Flat: c.flat,
 		}))
 	})
 	return c.dev.g.Load()

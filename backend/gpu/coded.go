@@ -141,6 +141,9 @@ const (
 	sProbe
 	sProbeFold
 	sStandIn
+	sHostPack // lossy reductions on hosts: the exact stage's messages and sums
+	sHostRecv
+	sHostSums
 )
 
 func (g *Group) buf(k *Kernels, slot int, n int64) (uintptr, error) {

@@ -251,8 +251,8 @@ func TestDecide(t *testing.T) {
 		{"lossy, shared GPU: staged", lossyAG, func(a *agreement) { a.shared = "ranks 0 and 1 share GPU g" }, able, switcher.Auto, PathStaged, "share GPU"},
 		{"lossy, uneven shards: staged", &Op{Kind: opkind.AllGather, DType: dtype.BFloat16, Lossy: int8Coding, In: []Buf{{1, 64}}, Out: []Buf{{1, 64}, {2, 32}}}, nil, able, switcher.Auto, PathStaged, "differ in size"},
 		{"lossy reduce_scatter: nccl", lossyRS, nil, able, switcher.Auto, PathNCCL, "quantized on the GPU"},
-		{"lossy reduce_scatter over hosts of several ranks: staged", lossyRS, func(a *agreement) { a.hosts = "the ranks span 2 hosts of 2 ranks" }, able, switcher.Auto, PathStaged, "sums exactly inside each host"},
-		{"lossy all_gather over hosts of several ranks: nccl", lossyAG, func(a *agreement) { a.hosts = "the ranks span 2 hosts of 2 ranks" }, able, switcher.Auto, PathNCCL, "quantized on the GPU"},
+		{"lossy reduce_scatter over hosts of several ranks: nccl", lossyRS, func(a *agreement) { a.hosts = [][]int{{0, 1}, {2, 3}} }, able, switcher.Auto, PathNCCL, "quantized on the GPU"},
+		{"lossy all_gather over hosts of several ranks: nccl", lossyAG, func(a *agreement) { a.hosts = [][]int{{0, 1}, {2, 3}} }, able, switcher.Auto, PathNCCL, "quantized on the GPU"},
 	}
 	for _, c := range cases {
 		a := fullAgreement()
@@ -322,15 +322,15 @@ func TestAgree(t *testing.T) {
 	if a.nvlink || !strings.Contains(a.nvlinkWhy, "another host") {
 		t.Fatalf("nvlink: %+v", a)
 	}
-	if a.hosts != "" { // hosts of 2 and 1 ranks
+	if a.hosts != nil { // hosts of 2 and 1 ranks
 		t.Fatalf("hosts: %+v", a)
 	}
 	four := []Caps{caps(0), caps(1), caps(2), caps(3)}
-	four[2].Peer.Host, four[3].Peer.Host = "other", "other"
-	if a = agree(four, topo, "h"); a.hosts != "the ranks span 2 hosts of 2 ranks" {
+	four[1].Peer.Host, four[3].Peer.Host = "other", "other"
+	if a = agree(four, topo, "h"); fmt.Sprint(a.hosts) != "[[0 2] [1 3]]" {
 		t.Fatalf("equal hosts: %+v", a)
 	}
-	if a = agree(four[1:], topo, "h"); a.hosts != "" {
+	if a = agree(four[1:], topo, "h"); a.hosts != nil {
 		t.Fatalf("unequal hosts: %+v", a)
 	}
 }
@@ -383,7 +383,9 @@ type worldOpts struct {
 	query    func(rank int) QueryFunc
 	timeout  time.Duration
 	onBroken func(rank int, err error)
-	oneGPU   bool // every rank on the same GPU
+	oneGPU   bool                  // every rank on the same GPU
+	hostOf   func(rank int) string // each rank's host (nil: one host)
+	flat     bool                  // Config.Flat
 }
 
 type world struct {
@@ -429,11 +431,14 @@ func newWorld(t *testing.T, o worldOpts) *world {
 				return testUUID(r), "", nil
 			},
 		}
+		if o.hostOf != nil {
+			env.host = o.hostOf(r)
+		}
 		if o.query != nil {
 			q := o.query(r)
 			env.query.Store(&q)
 		}
-		cfg := Config{Rank: r, Size: o.n, Name: "g", Store: w.store, Mode: o.mode, Env: env}
+		cfg := Config{Rank: r, Size: o.n, Name: "g", Store: w.store, Mode: o.mode, Env: env, Flat: o.flat}
 		if o.onBroken != nil {
 			cfg.OnBroken = func(err error) { o.onBroken(r, err) }
 		}

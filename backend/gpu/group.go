@@ -192,7 +192,11 @@ func (g *Group) Submit(op *Op) error {
 	}
 	if op.Lossy.Mode != quant.None {
 		op.Decision = switcher.Decision{Why: fmt.Sprintf("lossy %v (the group's policy), on the GPU", op.Lossy)}
-		if err := g.runLossy(op, c, deadline); err != nil {
+		layout := a.hosts
+		if g.cfg.Flat {
+			layout = nil
+		}
+		if err := g.runLossy(op, c, deadline, layout); err != nil {
 			return err
 		}
 	} else if d, ok := g.wantCoded(op, a, c, deadline); ok {

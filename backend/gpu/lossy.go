@@ -32,10 +32,8 @@ type mismatchError struct{ msg string }
 func (e *mismatchError) Error() string { return e.msg }
 
 // lossyOnGPU says why op, which the policy codes, cannot run lossy on the
-// GPU ("" when it can). The GPU's reductions are the host path's one-hop
-// form; across equal hosts of several ranks the host path sums exactly
-// inside each host first (other numerics), so those run there.
-func lossyOnGPU(op *Op, a agreement) string {
+// GPU ("" when it can).
+func lossyOnGPU(op *Op) string {
 	switch op.Kind {
 	case opkind.AllGather:
 		for _, b := range op.Out {
@@ -45,24 +43,23 @@ func lossyOnGPU(op *Op, a agreement) string {
 		}
 		return ""
 	case opkind.ReduceScatter, opkind.AllReduce:
-		if a.hosts != "" {
-			return a.hosts + ", and the host path's reduction sums exactly inside each host"
-		}
 		return ""
 	}
 	return fmt.Sprintf("no lossy GPU algorithm for %s", op.Kind)
 }
 
-// runLossy runs op lossily through NCCL (the plan was PathNCCL).
-func (g *Group) runLossy(op *Op, c ncclComm, deadline time.Time) error {
+// runLossy runs op lossily through NCCL (the plan was PathNCCL). layout:
+// the group's ranks by host when they span equal hosts of several ranks
+// (the reductions then sum exactly inside each host first), else nil.
+func (g *Group) runLossy(op *Op, c ncclComm, deadline time.Time, layout [][]int) error {
 	return g.runOnDevice(op, c, deadline, "lossy", func(x *coder) error {
 		switch op.Kind {
 		case opkind.AllGather:
 			return x.lossyAllGather()
 		case opkind.ReduceScatter:
-			return x.lossyReduceScatter()
+			return x.lossyReduceScatter(layout)
 		case opkind.AllReduce:
-			return x.lossyAllReduce()
+			return x.lossyAllReduce(layout)
 		}
 		return fmt.Errorf("no lossy GPU algorithm for %v", op.Kind)
 	})
@@ -124,11 +121,12 @@ func describeLossy(w []int64) string {
 	return fmt.Sprintf("%v (block %d) over %d elements", quant.Mode(w[1]), w[2], w[3])
 }
 
-// lossyHead writes this rank's header's fixed words (the exact lengths
-// follow, written by the encoder) and returns them.
-func (x *coder) lossyHead(head uintptr, total int64) ([]int64, error) {
+// lossyHead writes this rank's header: its fixed words, then k exact
+// lengths set to 0 (the encoder writes those of the messages it sends),
+// and returns the fixed words.
+func (x *coder) lossyHead(head uintptr, total int64, k int) ([]int64, error) {
 	words := []int64{lossyMagic, int64(x.op.Lossy.Mode), int64(x.op.Lossy.Block), total}
-	raw := make([]byte, 8*lossyFixed)
+	raw := make([]byte, lossyHeadLen(k))
 	for i, v := range words {
 		binary.LittleEndian.PutUint64(raw[8*i:], uint64(v))
 	}
@@ -156,20 +154,30 @@ func (x *coder) workspaces(slot int, k int, numel int64) (uintptr, int64, error)
 }
 
 // checkWorkspaces synchronizes the stream and returns the first data error
-// recorded for rank j's message in workspace j.
-func (x *coder) checkWorkspaces(ws uintptr, wsLen int64, k int, skip int) error {
+// recorded in workspace i, which decoded rank ranks[i]'s message (i = skip:
+// none).
+func (x *coder) checkWorkspaces(ws uintptr, wsLen int64, ranks []int, skip int) error {
 	if err := x.settle(); err != nil {
 		return err
 	}
-	for j := range k {
-		if j == skip {
+	for i, r := range ranks {
+		if i == skip {
 			continue
 		}
-		if err := x.k.WorkspaceStatus(x.dev, ws+uintptr(int64(j)*wsLen), x.st); err != nil {
-			return fmt.Errorf("rank %d's message: %w", j, err)
+		if err := x.k.WorkspaceStatus(x.dev, ws+uintptr(int64(i)*wsLen), x.st); err != nil {
+			return fmt.Errorf("rank %d's message: %w", r, err)
 		}
 	}
 	return nil
+}
+
+// everyRank is 0..n-1.
+func everyRank(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // lossyGather codes count elements of dt at src once and decodes every
@@ -198,7 +206,7 @@ func (x *coder) lossyGather(src uintptr, dt dtype.DType, counts []int64, dsts []
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return err
 	}
-	words, err := x.lossyHead(head, total)
+	words, err := x.lossyHead(head, total, 1)
 	if err != nil {
 		return err
 	}
@@ -243,7 +251,7 @@ func (x *coder) lossyGather(src uintptr, dt dtype.DType, counts []int64, dsts []
 			return err
 		}
 	}
-	return x.checkWorkspaces(ws, wsLen, n, -1)
+	return x.checkWorkspaces(ws, wsLen, everyRank(n), -1)
 }
 
 // lossyAllGather: this rank's shard coded once, every shard decoded on

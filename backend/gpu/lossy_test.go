@@ -11,6 +11,7 @@ import (
 
 	"github.com/zipccl/zipccl/backend/collective"
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/internal/conntest"
 	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/opkind"
@@ -38,11 +39,11 @@ func hostLossy(t *testing.T, src []byte, dt dtype.DType, code lossy.Coding) []by
 // lossyWorld is n ranks on the emulated kernels and the fake NCCL, and a
 // function that keeps the test's buffers alive (they stand for device
 // memory) until it ends.
-func lossyWorld(t *testing.T, n int) (*world, func([]byte) []byte) {
+func lossyWorld(t *testing.T, n int, hostOf func(int) string, flat bool) (*world, func([]byte) []byte) {
 	if testing.Short() {
 		t.Skip("the emulated kernels are slow")
 	}
-	w := newWorld(t, worldOpts{n: n, mode: switcher.Auto, kernels: emuKernels(t), timeout: 60 * time.Second})
+	w := newWorld(t, worldOpts{n: n, mode: switcher.Auto, kernels: emuKernels(t), timeout: 60 * time.Second, hostOf: hostOf, flat: flat})
 	var keep [][]byte
 	t.Cleanup(func() { keep = nil })
 	return w, func(x []byte) []byte { keep = append(keep, x); return x }
@@ -53,7 +54,7 @@ func lossyWorld(t *testing.T, n int) (*world, func([]byte) []byte) {
 // path gives, with NaN and Inf blocks exact, the wire below the raw bytes.
 func TestLossyAllGatherOnEmulatedKernels(t *testing.T) {
 	const n = 3
-	w, hold := lossyWorld(t, n)
+	w, hold := lossyWorld(t, n, nil, false)
 	codings := []lossy.Coding{{Mode: quant.Int8, Block: 2048}, {Mode: quant.FP8, Block: 256}, {Mode: quant.Int4, Block: 256}}
 	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Float16} {
 		for ci, code := range codings {
@@ -157,8 +158,9 @@ func TestLossyPolicyMismatchOnGPU(t *testing.T) {
 
 // hostReduce runs backend/lossy's reduce_scatter (ins[r]: rank r's n
 // contributions) or all_reduce (ins[r][0]: rank r's tensor) on an
-// in-memory world, one hop: the host path's bytes.
-func hostReduce(t *testing.T, kind opkind.Kind, ins [][][]byte, outLen int, dt dtype.DType, code lossy.Coding, avg int) [][]byte {
+// in-memory world with the host layout given (nil: one hop): the host
+// path's bytes.
+func hostReduce(t *testing.T, kind opkind.Kind, ins [][][]byte, outLen int, dt dtype.DType, code lossy.Coding, avg int, layout [][]int) [][]byte {
 	t.Helper()
 	n := len(ins)
 	w := conntest.NewWorld(n)
@@ -173,9 +175,9 @@ func hostReduce(t *testing.T, kind opkind.Kind, ins [][][]byte, outLen int, dt d
 		a := collective.Args{DType: dt, In: ins[r], Out: [][]byte{outs[r]}}
 		wg.Go(func() {
 			if kind == opkind.ReduceScatter {
-				errs[r] = lossy.ReduceScatter(ctx, conns[r], a, code, nil, avg)
+				errs[r] = lossy.ReduceScatter(ctx, conns[r], a, code, layout, avg)
 			} else {
-				errs[r] = lossy.AllReduce(ctx, conns[r], a, code, nil, avg)
+				errs[r] = lossy.AllReduce(ctx, conns[r], a, code, layout, avg)
 			}
 		})
 	}
@@ -188,8 +190,46 @@ func hostReduce(t *testing.T, kind opkind.Kind, ins [][][]byte, outLen int, dt d
 // CUDA tensors, on the (emulated) kernels and the fake NCCL, give the host
 // path's bytes on every rank, NaN included.
 func TestLossyReductionsOnEmulatedKernels(t *testing.T) {
-	const n = 3
-	w, hold := lossyWorld(t, n)
+	lossyReductions(t, 3, nil, false)
+}
+
+// The same on hosts, six ranks as two hosts of three and as three hosts of
+// two, their ranks interleaved (rank r on host r%hosts): the host path's
+// hierarchical numerics (exact host sums in local-rank order, then one
+// coding per host, added in host order along the rails), which differ from
+// the one hop's. Three addends make both orders matter. With hierarchy=flat
+// (Config.Flat), the one hop's, as the host path runs then.
+func TestLossyReductionsOnHostsOnEmulatedKernels(t *testing.T) {
+	for _, h := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d hosts", h), func(t *testing.T) {
+			lossyReductions(t, 6, func(r int) string { return fmt.Sprintf("host%d", r%h) }, false)
+		})
+	}
+	t.Run("2 hosts, flat", func(t *testing.T) {
+		lossyReductions(t, 6, func(r int) string { return fmt.Sprintf("host%d", r%2) }, true)
+	})
+}
+
+func lossyReductions(t *testing.T, n int, hostOf func(int) string, flat bool) {
+	w, hold := lossyWorld(t, n, hostOf, flat)
+	var layout [][]int // the host path's
+	if hostOf != nil && !flat {
+		ids := make([]string, n)
+		for r := range ids {
+			ids[r] = hostOf(r)
+		}
+		layout = hosts.Group(ids)
+	}
+	// differs is called with the one hop's result on hosts: at least one
+	// case must differ from it, or the hierarchy went unchecked.
+	hierSeen := false
+	differs := func(want, oneHop [][]byte) {
+		for r := range want {
+			if string(want[r]) != string(oneHop[r]) {
+				hierSeen = true
+			}
+		}
+	}
 	codings := []lossy.Coding{{Mode: quant.Int8, Block: 2048}, {Mode: quant.Int4, Block: 256}, {Mode: quant.FP8, Block: 256}}
 	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float32, dtype.Float16} {
 		es := dt.Size()
@@ -211,8 +251,11 @@ func TestLossyReductionsOnEmulatedKernels(t *testing.T) {
 						host[r] = append(host[r], append([]byte(nil), flat[r][j*per*es:(j+1)*per*es]...))
 					}
 				}
-				want := hostReduce(t, opkind.ReduceScatter, host, per*es, dt, code, avg)
-				var ops [n]*Op
+				want := hostReduce(t, opkind.ReduceScatter, host, per*es, dt, code, avg, layout)
+				if layout != nil {
+					differs(want, hostReduce(t, opkind.ReduceScatter, host, per*es, dt, code, avg, nil))
+				}
+				ops := make([]*Op, n)
 				noErrors(t, "reduce_scatter", w.run(func(r int) *Op {
 					op := &Op{Kind: opkind.ReduceScatter, DType: dt, ReduceOp: redop, Lossy: code, Out: []Buf{{Ptr: addr(outs[r]), Bytes: per * es}}}
 					for j := range n {
@@ -221,19 +264,26 @@ func TestLossyReductionsOnEmulatedKernels(t *testing.T) {
 					ops[r] = op
 					return op
 				}))
+				// the bytes uncoded: to every other rank (one hop), or
+				// inside the host then a float32 partial per other host
+				raw := (n - 1) * per * es
+				if layout != nil {
+					H, L := len(layout), len(layout[0])
+					raw = (L-1)*H*per*es + (H-1)*per*4
+				}
 				for r := range n {
 					if string(outs[r]) != string(want[r]) {
 						t.Fatalf("rank %d: reduce_scatter differs from the host path's", r)
 					}
-					if ops[r].Wire <= 0 || ops[r].Wire >= int64((n-1)*per*es) {
-						t.Fatalf("rank %d: wire %d", r, ops[r].Wire)
+					if ops[r].Wire <= 0 || ops[r].Wire >= int64(raw) {
+						t.Fatalf("rank %d: wire %d of %d bytes uncoded", r, ops[r].Wire, raw)
 					}
 				}
 			})
 			t.Run(fmt.Sprintf("%v/%v/all_reduce/%v", dt, code, redop), func(t *testing.T) {
 				numel := 2*n*lossy.Unit + 777 + ci
 				if ci == 2 {
-					numel = lossy.Unit + 952 // two units for three ranks: rank 0's shard is empty
+					numel = lossy.Unit + 952 // two units for three or four ranks: rank 0's shard is empty
 				}
 				inPlace := ci != 1
 				ins := make([][]byte, n)
@@ -250,7 +300,10 @@ func TestLossyReductionsOnEmulatedKernels(t *testing.T) {
 						outs[r] = hold(make([]byte, numel*es))
 					}
 				}
-				want := hostReduce(t, opkind.AllReduce, host, numel*es, dt, code, avg)
+				want := hostReduce(t, opkind.AllReduce, host, numel*es, dt, code, avg, layout)
+				if layout != nil {
+					differs(want, hostReduce(t, opkind.AllReduce, host, numel*es, dt, code, avg, nil))
+				}
 				noErrors(t, "all_reduce", w.run(func(r int) *Op {
 					return &Op{Kind: opkind.AllReduce, DType: dt, ReduceOp: redop, Lossy: code,
 						In: []Buf{{Ptr: addr(ins[r]), Bytes: numel * es}}, Out: []Buf{{Ptr: addr(outs[r]), Bytes: numel * es}}}
@@ -265,5 +318,8 @@ func TestLossyReductionsOnEmulatedKernels(t *testing.T) {
 				}
 			})
 		}
+	}
+	if layout != nil && !hierSeen {
+		t.Fatal("on hosts, no case's result differed from the one hop's: the hierarchy went unchecked")
 	}
 }

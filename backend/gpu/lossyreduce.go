@@ -4,56 +4,165 @@ import (
 	"errors"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/lossy"
 	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
 )
 
-// lossyToOwners sums every rank's contributions to this rank's shard into
-// the float32 accumulators at acc, the one-hop form of backend/lossy's
-// toOwners: each rank codes its contribution to every other rank's shard
-// (ins[j], x.dt) once and sends it there; the owner adds them in rank
-// order in float32, its own exact.
-func (x *coder) lossyToOwners(ins []Buf, acc uintptr) error {
-	n, me := x.g.cfg.Size, x.g.cfg.Rank
+// lossyToOwners sums every rank's contributions to this rank's shard
+// (ins[j]: this rank's contribution to rank j's shard, as x.dt) into the
+// float32 accumulators at acc, with backend/lossy's toOwners' numerics.
+// Without layout, its one-hop form: each rank codes its contribution to
+// every other rank's shard once and sends it there. On equal hosts of
+// several ranks (layout), its two stages: the ranks of each host sum their
+// contributions exactly in float32, then each codes its host's partial
+// sums once and sends them along its rail.
+func (x *coder) lossyToOwners(ins []Buf, acc uintptr, layout [][]int) error {
+	n := x.g.cfg.Size
 	counts := make([]int64, n)
-	mains := make([]int64, n)
-	slots := make([]int64, n+1) // this rank's messages, main then exact, back to back
-	var total int64
 	for j, b := range ins {
 		counts[j] = int64(b.Bytes) / x.es
-		l, err := x.mainLen(counts[j])
-		if err != nil {
-			return err
-		}
-		total += counts[j]
-		mains[j] = l
-		slots[j+1] = slots[j]
-		if j != me {
-			slots[j+1] += roundUp(l+int64(b.Bytes), 256)
-		}
 	}
-	recvSlot := roundUp(mains[me]+int64(ins[me].Bytes), 256)
-	send, err1 := x.buf(sSend, slots[n])
-	recv, err2 := x.buf(sRecv, int64(n)*recvSlot)
-	head, err3 := x.buf(sLens, lossyHeadLen(n))
-	heads, err4 := x.buf(sLensAll, int64(n)*lossyHeadLen(n))
-	wsE, wsELen, err5 := x.workspaces(sWsEnc, 1, maxOf(counts))
-	ws, wsLen, err6 := x.workspaces(sWsRed, n, counts[me])
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
-		return err
+	if layout == nil {
+		parts := make([]uintptr, n)
+		for j, b := range ins {
+			parts[j] = b.Ptr
+		}
+		return x.codedToOwners(everyRank(n), x.g.cfg.Rank, parts, x.dt, counts, acc)
 	}
-	words, err := x.lossyHead(head, total)
+	host, local := hosts.Where(layout, x.g.cfg.Rank)
+	sums, err := x.hostSums(ins, counts, layout, host, local)
 	if err != nil {
 		return err
 	}
-	for j := range n {
-		if j == me {
+	return x.codedToOwners(hosts.Rail(layout, local), host, sums, dtype.Float32, counts, acc)
+}
+
+// hostSums is the exact stage on hosts: local rank l of each host receives
+// from the host's other ranks their contributions to the shards of rail l
+// (local index l on every host), host by host, as they are, and sums them
+// with its own in float32 in local-rank order. It returns the sums, one per
+// host in host order (counts[layout[h][local]] float32 each).
+func (x *coder) hostSums(ins []Buf, counts []int64, layout [][]int, host, local int) ([]uintptr, error) {
+	mine := layout[host]
+	railOf := func(l int) (total int64) { // elements of rail l's shards
+		for _, ranks := range layout {
+			total += counts[ranks[l]]
+		}
+		return total
+	}
+	in := railOf(local)
+	packOff := make([]int64, len(mine)+1) // what this rank sends local rank l
+	for l := range mine {
+		packOff[l+1] = packOff[l]
+		if l != local {
+			packOff[l+1] += roundUp(railOf(l)*x.es, 256)
+		}
+	}
+	pack, err1 := x.buf(sHostPack, packOff[len(mine)])
+	recv, err2 := x.buf(sHostRecv, int64(len(mine))*in*x.es)
+	sums, err3 := x.buf(sHostSums, 4*max(in, 1))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, err
+	}
+	for l := range mine {
+		if l == local {
 			continue
 		}
-		out := send + uintptr(slots[j])
-		if err := x.k.QuantEncode(x.dev, x.dt, x.op.Lossy.Mode, x.op.Lossy.Block, ins[j].Ptr, counts[j], out,
-			out+uintptr(mains[j]), int64(ins[j].Bytes), head+uintptr(8*(lossyFixed+j)), wsE, wsELen, x.st); err != nil {
+		at := pack + uintptr(packOff[l])
+		for _, ranks := range layout {
+			b := ins[ranks[l]]
+			if b.Bytes > 0 {
+				if err := x.k.MemcpyAsync(x.dev, at, b.Ptr, int64(b.Bytes), DeviceToDevice, x.st); err != nil {
+					return nil, err
+				}
+			}
+			at += uintptr(b.Bytes)
+		}
+	}
+	localOf := map[int]int{}
+	for l, r := range mine {
+		localOf[r] = l
+	}
+	if err := x.exchange(func(j int) (uintptr, int64, uintptr, int64) {
+		l, ok := localOf[j]
+		if !ok {
+			return 0, 0, 0, 0
+		}
+		return pack + uintptr(packOff[l]), railOf(l) * x.es, recv + uintptr(int64(l)*in*x.es), in * x.es
+	}, false); err != nil {
+		return nil, err
+	}
+	out := make([]uintptr, len(layout))
+	var off int64 // elements of the hosts before h
+	for h, ranks := range layout {
+		cnt := counts[ranks[local]]
+		out[h] = sums + uintptr(4*off)
+		for l := range mine {
+			src := ins[ranks[local]].Ptr
+			if l != local {
+				src = recv + uintptr((int64(l)*in+off)*x.es)
+			}
+			if err := x.k.QuantAddExact(x.dev, x.dt, src, cnt, out[h], l == 0, x.st); err != nil {
+				return nil, err
+			}
+		}
+		off += cnt
+	}
+	return out, nil
+}
+
+// codedToOwners is the coded stage: rail is the ranks it runs on, in the
+// order their parts are added (this rank at index at), and parts[i] this
+// rank's part of rail[i]'s shard (counts[rail[i]] elements of dt). Each
+// part but this rank's own is coded once and sent to its owner; the owner
+// adds the parts in rail order in float32, its own exact.
+func (x *coder) codedToOwners(rail []int, at int, parts []uintptr, dt dtype.DType, counts []int64, acc uintptr) error {
+	n, me := x.g.cfg.Size, x.g.cfg.Rank
+	ps := int64(dt.Size())
+	var total int64
+	for _, c := range counts {
+		total += c
+	}
+	mains := make([]int64, n)
+	slots := make([]int64, len(rail)+1) // this rank's messages, main then exact, back to back
+	pos := make([]int, n)               // rank -> index in rail, -1 off the rail
+	for j := range pos {
+		pos[j] = -1
+	}
+	for i, r := range rail {
+		l, err := x.mainLen(counts[r])
+		if err != nil {
+			return err
+		}
+		mains[r], pos[r] = l, i
+		slots[i+1] = slots[i]
+		if i != at {
+			slots[i+1] += roundUp(l+counts[r]*ps, 256)
+		}
+	}
+	recvSlot := roundUp(mains[me]+counts[me]*ps, 256)
+	send, err1 := x.buf(sSend, slots[len(rail)])
+	recv, err2 := x.buf(sRecv, int64(len(rail))*recvSlot)
+	head, err3 := x.buf(sLens, lossyHeadLen(n))
+	heads, err4 := x.buf(sLensAll, int64(n)*lossyHeadLen(n))
+	wsE, wsELen, err5 := x.workspaces(sWsEnc, 1, maxOf(counts))
+	ws, wsLen, err6 := x.workspaces(sWsRed, len(rail), counts[me])
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return err
+	}
+	words, err := x.lossyHead(head, total, n)
+	if err != nil {
+		return err
+	}
+	for i, r := range rail {
+		if i == at {
+			continue
+		}
+		out := send + uintptr(slots[i])
+		if err := x.k.QuantEncode(x.dev, dt, x.op.Lossy.Mode, x.op.Lossy.Block, parts[i], counts[r], out,
+			out+uintptr(mains[r]), counts[r]*ps, head+uintptr(8*(lossyFixed+r)), wsE, wsELen, x.st); err != nil {
 			return err
 		}
 	}
@@ -62,24 +171,28 @@ func (x *coder) lossyToOwners(ins []Buf, acc uintptr) error {
 		return err
 	}
 	if err := x.exchange(func(j int) (uintptr, int64, uintptr, int64) {
-		return send + uintptr(slots[j]), mains[j] + hs[me][j], recv + uintptr(int64(j)*recvSlot), mains[me] + hs[j][me]
+		i := pos[j]
+		if i < 0 {
+			return 0, 0, 0, 0
+		}
+		return send + uintptr(slots[i]), mains[j] + hs[me][j], recv + uintptr(int64(i)*recvSlot), mains[me] + hs[j][me]
 	}, false); err != nil {
 		return err
 	}
-	for j := range n {
-		if j == me {
-			if err := x.k.QuantAddExact(x.dev, x.dt, ins[me].Ptr, counts[me], acc, j == 0, x.st); err != nil {
+	for i, r := range rail {
+		if i == at {
+			if err := x.k.QuantAddExact(x.dev, dt, parts[i], counts[me], acc, i == 0, x.st); err != nil {
 				return err
 			}
 			continue
 		}
-		m := recv + uintptr(int64(j)*recvSlot)
-		if err := x.k.QuantAccumulate(x.dev, m, mains[me], m+uintptr(mains[me]), hs[j][me], counts[me], acc, j == 0,
-			ws+uintptr(int64(j)*wsLen), wsLen, x.st); err != nil {
+		m := recv + uintptr(int64(i)*recvSlot)
+		if err := x.k.QuantAccumulate(x.dev, m, mains[me], m+uintptr(mains[me]), hs[r][me], counts[me], acc, i == 0,
+			ws+uintptr(int64(i)*wsLen), wsLen, x.st); err != nil {
 			return err
 		}
 	}
-	return x.checkWorkspaces(ws, wsLen, n, me)
+	return x.checkWorkspaces(ws, wsLen, rail, at)
 }
 
 // avgDivisor is what an AVG divides the float32 sum by (1: SUM).
@@ -92,13 +205,13 @@ func (x *coder) avgDivisor() int {
 
 // lossyReduceScatter: the reduction to owners, then the owner's sum
 // divided (AVG) and rounded once into Out[0].
-func (x *coder) lossyReduceScatter() error {
+func (x *coder) lossyReduceScatter(layout [][]int) error {
 	numel := int64(x.op.Out[0].Bytes) / x.es
 	acc, err := x.buf(sRed, 4*max(numel, 1))
 	if err != nil {
 		return err
 	}
-	if err := x.lossyToOwners(x.op.In, acc); err != nil {
+	if err := x.lossyToOwners(x.op.In, acc, layout); err != nil {
 		return err
 	}
 	return x.k.QuantFinish(x.dev, acc, numel, x.avgDivisor(), x.dt, x.op.Out[0].Ptr, x.st)
@@ -108,7 +221,7 @@ func (x *coder) lossyReduceScatter() error {
 // of whole units per rank, reduced to the owners, each owner's float32 sum
 // (AVG's division done) coded once and gathered; every rank decodes every
 // shard from the same bytes.
-func (x *coder) lossyAllReduce() error {
+func (x *coder) lossyAllReduce(layout [][]int) error {
 	n, me := x.g.cfg.Size, x.g.cfg.Rank
 	numel := int64(x.op.In[0].Bytes) / x.es
 	nb := int64(quant.Blocks(int(numel), lossy.Unit))
@@ -126,7 +239,7 @@ func (x *coder) lossyAllReduce() error {
 	if err != nil {
 		return err
 	}
-	if err := x.lossyToOwners(ins, acc); err != nil {
+	if err := x.lossyToOwners(ins, acc, layout); err != nil {
 		return err
 	}
 	if d := x.avgDivisor(); d > 1 {

@@ -66,4 +66,8 @@ type Config struct {
 	// Forced: the group's own choice of path (its option gpu_path: nccl,
 	// coded, staged), over ZIPCCL_GPU_PATH; "" leaves that.
 	Forced string
+	// Flat: the group's hierarchy=flat. The lossy reductions then take
+	// their one-hop form on hosts of several ranks too, as the host path's
+	// do.
+	Flat bool
 }

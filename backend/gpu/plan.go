@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/zipccl/zipccl/backend/dtype"
+	"github.com/zipccl/zipccl/backend/hosts"
 	"github.com/zipccl/zipccl/backend/opkind"
 	"github.com/zipccl/zipccl/backend/quant"
 	"github.com/zipccl/zipccl/backend/reduce"
@@ -67,11 +68,11 @@ type agreement struct {
 	kernelsWhy  string
 	nvlink      bool // all on one host, every pair NVLink-connected
 	nvlinkWhy   string
-	engine      string // non-empty: a rank forces the engine's transport (coded or staged)
-	forceNCCL   string // non-empty: a rank forces NCCL
-	shared      string // non-empty: two ranks share a GPU, which NCCL refuses
-	ethernet    string // non-empty: the ranks span hosts and a host has no RDMA NIC
-	hosts       string // non-empty: the ranks span equal hosts of several ranks each
+	engine      string  // non-empty: a rank forces the engine's transport (coded or staged)
+	forceNCCL   string  // non-empty: a rank forces NCCL
+	shared      string  // non-empty: two ranks share a GPU, which NCCL refuses
+	ethernet    string  // non-empty: the ranks span hosts and a host has no RDMA NIC
+	hosts       [][]int // the ranks by host when they span equal hosts of several ranks each, else nil
 }
 
 // agree folds caps. topo and host are this host's view, used for the NVLink
@@ -80,7 +81,8 @@ type agreement struct {
 func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	a := agreement{nccl: true, kernels: true}
 	var noNCCL, noKernels, engine, forceNCCL, noRDMA []string
-	hosts := map[string]int{}
+	perHost := map[string]int{}
+	ids := make([]string, len(caps))
 	for _, c := range caps {
 		if c.NCCLVersion == 0 {
 			noNCCL = append(noNCCL, fmt.Sprintf("rank %d (%s)", c.Rank, firstNonEmpty(c.NCCLError, "no NCCL")))
@@ -96,7 +98,7 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 		case "coded", "staged":
 			engine = append(engine, fmt.Sprintf("rank %d (ZIPCCL_GPU_PATH=%s)", c.Rank, c.Forced))
 		}
-		hosts[c.Peer.Host]++
+		perHost[c.Peer.Host]++
 		if !c.RDMA {
 			noRDMA = append(noRDMA, fmt.Sprintf("rank %d", c.Rank))
 		}
@@ -115,18 +117,15 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	if len(forceNCCL) > 0 {
 		a.forceNCCL = "ZIPCCL_GPU_PATH=nccl on " + strings.Join(forceNCCL, ", ")
 	}
-	if len(hosts) > 1 && len(noRDMA) > 0 {
+	if len(perHost) > 1 && len(noRDMA) > 0 {
 		a.ethernet = fmt.Sprintf("the ranks span %d hosts and %s %s no RDMA NIC (NCCL would use plain sockets)",
-			len(hosts), strings.Join(noRDMA, ", "), map[bool]string{true: "has", false: "have"}[len(noRDMA) == 1])
+			len(perHost), strings.Join(noRDMA, ", "), map[bool]string{true: "has", false: "have"}[len(noRDMA) == 1])
 	}
-	if per := len(caps) / max(len(hosts), 1); len(hosts) > 1 && per > 1 {
-		equal := true
-		for _, k := range hosts {
-			equal = equal && k == per
-		}
-		if equal {
-			a.hosts = fmt.Sprintf("the ranks span %d hosts of %d ranks", len(hosts), per)
-		}
+	for i, c := range caps {
+		ids[i] = c.Peer.Host
+	}
+	if l := hosts.Group(ids); hosts.Equal(l, len(caps)) {
+		a.hosts = l
 	}
 	// NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so
 	// processes that share one (tests, or oversubscribed jobs) use the
@@ -306,7 +305,7 @@ func decide(op *Op, a agreement, mine Caps, mode switcher.Mode) Plan {
 // host codes the same bytes). Nothing here falls back to exact.
 func decideLossy(op *Op, a agreement) Plan {
 	why := fmt.Sprintf("the group's lossy policy codes it (%v)", op.Lossy)
-	whyNot := firstNonEmpty(a.engine, a.shared, a.ncclWhy, orText(a.kernels, "", a.kernelsWhy), lossyOnGPU(op, a))
+	whyNot := firstNonEmpty(a.engine, a.shared, a.ncclWhy, orText(a.kernels, "", a.kernelsWhy), lossyOnGPU(op))
 	switch {
 	case whyNot == "":
 		return Plan{Path: PathNCCL, Reason: why + ", quantized on the GPU and moved by NCCL"}
