@@ -156,6 +156,50 @@ func TestLossyPolicyMismatchOnGPU(t *testing.T) {
 	}
 }
 
+// On hosts the policy is checked before the exact stage moves anything:
+// a reduce_scatter whose ranks code it differently, or whose shapes
+// differ, fails on every rank naming the difference, and the group stays
+// usable.
+func TestLossyPolicyMismatchOnHostsOnGPU(t *testing.T) {
+	const n = 4
+	w, hold := lossyWorld(t, n, func(r int) string { return fmt.Sprintf("host%d", r/2) }, false)
+	dt, per := dtype.BFloat16, 4096
+	flat := make([][]byte, n)
+	for r := range flat {
+		flat[r] = hold(gradients(dt, n*per, uint64(r+1)))
+	}
+	out := hold(make([]byte, n*per*2))
+	mk := func(r int, code lossy.Coding, per int) *Op {
+		op := &Op{Kind: opkind.ReduceScatter, DType: dt, ReduceOp: reduce.Sum, Lossy: code,
+			Out: []Buf{{Ptr: addr(out) + uintptr(r*per*2), Bytes: per * 2}}}
+		for j := range n {
+			op.In = append(op.In, Buf{Ptr: addr(flat[r]) + uintptr(j*per*2), Bytes: per * 2})
+		}
+		return op
+	}
+	int8c, int4c := lossy.Coding{Mode: quant.Int8, Block: 2048}, lossy.Coding{Mode: quant.Int4, Block: 256}
+	for _, c := range []struct {
+		name string
+		mk   func(r int) *Op
+		want string
+	}{
+		{"policy", func(r int) *Op {
+			if r == 3 {
+				return mk(r, int4c, per)
+			}
+			return mk(r, int8c, per)
+		}, "ranks disagree on the lossy policy"},
+		{"shape", func(r int) *Op { return mk(r, int8c, per-256*(r%2)) }, "ranks disagree on the lossy policy"},
+	} {
+		for r, err := range w.run(c.mk) {
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%s: rank %d: %v", c.name, r, err)
+			}
+		}
+	}
+	noErrors(t, "the next op", w.run(func(r int) *Op { return mk(r, int8c, per) }))
+}
+
 // hostReduce runs backend/lossy's reduce_scatter (ins[r]: rank r's n
 // contributions) or all_reduce (ins[r][0]: rank r's tensor) on an
 // in-memory world with the host layout given (nil: one hop): the host

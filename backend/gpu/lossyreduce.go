@@ -31,12 +31,38 @@ func (x *coder) lossyToOwners(ins []Buf, acc uintptr, layout [][]int) error {
 		}
 		return x.codedToOwners(everyRank(n), x.g.cfg.Rank, parts, x.dt, counts, acc)
 	}
+	// The policy and the shapes are checked before the exact stage moves
+	// anything (the coded stage's header comes too late for that): ranks
+	// that disagree fail here, on every rank, rather than in mismatched
+	// sends.
+	if err := x.checkPolicy(counts); err != nil {
+		return err
+	}
 	host, local := hosts.Where(layout, x.g.cfg.Rank)
 	sums, err := x.hostSums(ins, counts, layout, host, local)
 	if err != nil {
 		return err
 	}
 	return x.codedToOwners(hosts.Rail(layout, local), host, sums, dtype.Float32, counts, acc)
+}
+
+// checkPolicy all-gathers a header without exact lengths and checks it.
+func (x *coder) checkPolicy(counts []int64) error {
+	var total int64
+	for _, c := range counts {
+		total += c
+	}
+	head, err1 := x.buf(sLens, lossyHeadLen(0))
+	heads, err2 := x.buf(sLensAll, int64(x.g.cfg.Size)*lossyHeadLen(0))
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	words, err := x.lossyHead(head, total, 0)
+	if err != nil {
+		return err
+	}
+	_, err = x.lossyHeaders(head, heads, words, 0)
+	return err
 }
 
 // hostSums is the exact stage on hosts: local rank l of each host receives
