@@ -137,6 +137,44 @@ def test_rank_follows_the_change_between_windows():
     assert ctl.end_window(2.0, 7000, shape).rank < rise.rank
 
 
+def _cost_scan(shapes, world, lat, bw, k, rate, gb=4, fb=4):
+    """max_rank by brute force over r, from its docstring's cost."""
+    ar = hooks.allreduce_seconds
+    total = sum(m * n for m, n in shapes)
+    raw = ar(total * gb, world, lat, bw)
+    best = 0
+    for r in range(1, max(min(s) for s in shapes) + 1):
+        comp = [(m, n) for m, n in shapes if (m + n) * r * rate < m * n]
+        if not comp:
+            break
+        ce = sum(m * n for m, n in comp)
+        t = (k * r * ce / total + 2 * ar(0, world, lat, bw)
+             + ar(r * sum(m + n for m, n in comp) * fb + (total - ce) * gb, world, 0.0, bw))
+        if t >= raw:
+            break
+        best = r
+    return best
+
+
+def test_max_rank_counts_matrices_sent_raw():
+    # At rank r the hook sends a matrix raw when (m + n) r rate >= m n; the
+    # model must too. The demo's 192 x 192 matrices go raw from rank 48 and
+    # its 192 x 768 ones from 77, so on a slow link with free compression
+    # r_max is 76, not the 192 of a model that counts every matrix as
+    # compressed at every rank.
+    demo = [(576, 192)] * 4 + [(192, 192)] * 4 + [(768, 192)] * 4 + [(192, 768)] * 4 + [(256, 192)] * 2 + [(128, 192)]
+    assert hooks.max_rank(demo, 4, 1e-4, 12e6, 0.0) == 76
+    assert hooks.max_rank([(256, 256)] * 10, 4, 1e-4, 12e6, 0.0) == 63
+    assert hooks.max_rank([(256, 256)] * 10, 4, 1e-4, 12e6, 0.0, min_compression_rate=1.0) == 127
+    rng = random.Random(5)
+    for _ in range(300):
+        shapes = [(rng.choice([64, 96, 192, 256, 700, 1024]), rng.choice([32, 128, 192, 512, 768]))
+                  for _ in range(rng.randint(1, 6))]
+        args = (rng.choice([2, 4, 8]), rng.choice([0.0, 1e-5, 1e-3, 0.05]), rng.choice([1e6, 12e6, 1e9]),
+                rng.choice([0.0, 1e-5, 1e-3, 0.02]), rng.choice([1.0, 2.0, 4.0]))
+        assert hooks.max_rank(shapes, *args[:4], min_compression_rate=args[4]) == _cost_scan(shapes, *args), (shapes, args)
+
+
 def test_window_clamps_and_warmup():
     rng = random.Random(0)
     for trial in range(20):
@@ -371,7 +409,8 @@ def task_r_max_from_link(ctx):
         run_step(state, _entropy_grads(step, ctx.rank, ctx.world_size, SHAPES, False))
     link = state.link
     shapes = [sh for per in state.shapes.values() for sh in per]
-    want = hooks.max_rank(shapes, ctx.world_size, link["latency_s"], link["bytes_per_s"], link["compress_s_per_rank"])
+    want = hooks.max_rank(shapes, ctx.world_size, link["latency_s"], link["bytes_per_s"], link["compress_s_per_rank"],
+                          min_compression_rate=state.min_compression_rate)
     return {"refused": refused, "link": link, "r_max": state.controller.r_max, "want": want,
             "same": _all_same(ctx, repr(link)), "shapes": shapes}
 

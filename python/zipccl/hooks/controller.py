@@ -111,32 +111,65 @@ def allreduce_seconds(nbytes: float, world_size: int, latency_s: float, bytes_pe
 
 
 def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: float, bytes_per_s: float,
-             compress_s_per_rank: float, grad_bytes: int = 4, factor_bytes: int = 4) -> int:
-    """r_max from a link model: the largest r for which compressing, sending
-    and decompressing beats sending the raw gradient (EDGC's Eq. 2),
+             compress_s_per_rank: float, grad_bytes: int = 4, factor_bytes: int = 4,
+             min_compression_rate: float = 2.0) -> int:
+    """r_max from a link model: the largest r such that at every rank from 1
+    to r, compressing, sending and decompressing beats sending the raw
+    gradient (EDGC's Eq. 2),
 
-        T_c(r) + AR(r sum(m) fb) + AR(r sum(n) fb) < AR(sum(m n) gb),
+        T_c(r) + AR(r sum_c(m + n) fb + raw_r gb) < AR(sum(m n) gb),
 
-    with AR the ring all-reduce time of allreduce_seconds (latency_s per
-    step, bytes_per_s per link), the P and Q all-reduces of the compressed
-    matrices, and T_c(r) = compress_s_per_rank * r the measured local
-    compression and decompression time, linear in r (the paper's
-    T_comm = k r + b). shapes are the matrices that would be compressed;
-    grad_bytes and factor_bytes the element sizes of the raw gradient and of
-    the factors (this hook sends float32 factors). 0 when no rank pays.
+    AR the ring all-reduce time of allreduce_seconds (latency_s per step,
+    bytes_per_s per link; two all-reduces' latency on the left, P's, which
+    the matrices sent raw join, and Q's). At rank r a matrix is compressed
+    only if (m + n) r min_compression_rate < m n, as the hook decides: the
+    others travel raw (raw_r: their elements) and cost no compression.
+    T_c(r) = compress_s_per_rank * r * (the compressed matrices' share of
+    the elements), compress_s_per_rank being the measured time to compress
+    and decompress every matrix of shapes per unit of rank (the paper's
+    T_comm = k r + b, with k per element). shapes are the gradient's
+    matrices; grad_bytes and factor_bytes the element sizes of the raw
+    gradient and of the factors (this hook sends float32 factors). 0 when
+    no rank pays.
+
+    (Counting every matrix as compressed at every rank, as this did before,
+    put r_max where the demo's 256 x 256 matrices already went raw, and
+    EDGC there ran slower than plain DDP: benchmarks/RESULTS.md (m4).)
 
     This is the hook point for the backend's measured link: it takes the link
     as arguments; pass what the group measured for latency_s and bytes_per_s.
     """
     if not shapes or world_size < 2:
         return 0
-    if latency_s < 0 or bytes_per_s <= 0 or compress_s_per_rank < 0:
-        raise ValueError("need latency_s >= 0, bytes_per_s > 0, compress_s_per_rank >= 0")
-    raw = allreduce_seconds(sum(m * n for m, n in shapes) * grad_bytes, world_size, latency_s, bytes_per_s)
+    if latency_s < 0 or bytes_per_s <= 0 or compress_s_per_rank < 0 or min_compression_rate <= 0:
+        raise ValueError("need latency_s >= 0, bytes_per_s > 0, compress_s_per_rank >= 0, min_compression_rate > 0")
+    total = sum(m * n for m, n in shapes)
+    raw = allreduce_seconds(total * grad_bytes, world_size, latency_s, bytes_per_s)
     fixed = 2 * allreduce_seconds(0, world_size, latency_s, bytes_per_s)
-    per_rank = (compress_s_per_rank
-                + allreduce_seconds(sum(m + n for m, n in shapes) * factor_bytes, world_size, 0.0, bytes_per_s))
-    if raw <= fixed:
-        return 0
-    r = math.ceil((raw - fixed) / per_rank) - 1 if per_rank > 0 else max(min(s) for s in shapes)
-    return max(0, min(r, max(min(s) for s in shapes)))
+
+    def moved(nbytes: float) -> float:
+        return allreduce_seconds(nbytes, world_size, 0.0, bytes_per_s)
+
+    # Matrix i is compressed at rank r while r < limit[i]. Between two
+    # limits the compressed set is fixed and the cost is A + B r.
+    limit = sorted((m * n / ((m + n) * min_compression_rate), m * n, m + n) for m, n in shapes)
+    comp_elems, comp_sides = total, sum(m + n for m, n in shapes)
+    best, r, i = 0, 1, 0
+    while True:
+        while i < len(limit) and limit[i][0] <= r:
+            comp_elems -= limit[i][1]
+            comp_sides -= limit[i][2]
+            i += 1
+        if comp_elems == 0:
+            break
+        end = math.ceil(limit[i][0]) - 1  # the last rank before the next matrix goes raw
+        a = fixed + moved((total - comp_elems) * grad_bytes)
+        b = compress_s_per_rank * comp_elems / total + moved(comp_sides * factor_bytes)
+        if a + b * r >= raw:
+            break
+        top = end if b <= 0 else min(end, math.ceil((raw - a) / b) - 1)
+        best = top
+        if top < end:
+            break
+        r = end + 1
+    return max(0, min(best, max(min(s) for s in shapes)))

@@ -244,7 +244,8 @@ class EDGCState:
         shapes = [s for per_bucket in self.shapes.values() for s in per_bucket]
         per_rank = compress_seconds / self.r_min
         self.controller.r_max = max_rank(shapes, dist.get_world_size(group), link.latency_s, link.bytes_per_s,
-                                         per_rank, grad_bytes=self._grad_bytes)
+                                         per_rank, grad_bytes=self._grad_bytes,
+                                         min_compression_rate=self.min_compression_rate)
         self.link = {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s,
                      "compress_s_per_rank": per_rank, "r_max": self.controller.r_max}
 
