@@ -81,9 +81,8 @@ type agreement struct {
 func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	a := agreement{nccl: true, kernels: true}
 	var noNCCL, noKernels, engine, forceNCCL, noRDMA []string
-	perHost := map[string]int{}
-	ids := make([]string, len(caps))
-	for _, c := range caps {
+	ids := make([]string, len(caps)) // each rank's host
+	for i, c := range caps {
 		if c.NCCLVersion == 0 {
 			noNCCL = append(noNCCL, fmt.Sprintf("rank %d (%s)", c.Rank, firstNonEmpty(c.NCCLError, "no NCCL")))
 		} else if a.ncclVersion == 0 || c.NCCLVersion < a.ncclVersion {
@@ -98,7 +97,7 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 		case "coded", "staged":
 			engine = append(engine, fmt.Sprintf("rank %d (ZIPCCL_GPU_PATH=%s)", c.Rank, c.Forced))
 		}
-		perHost[c.Peer.Host]++
+		ids[i] = c.Peer.Host
 		if !c.RDMA {
 			noRDMA = append(noRDMA, fmt.Sprintf("rank %d", c.Rank))
 		}
@@ -117,15 +116,13 @@ func agree(caps []Caps, topo topology.Topology, host string) agreement {
 	if len(forceNCCL) > 0 {
 		a.forceNCCL = "ZIPCCL_GPU_PATH=nccl on " + strings.Join(forceNCCL, ", ")
 	}
-	if len(perHost) > 1 && len(noRDMA) > 0 {
+	layout := hosts.Group(ids)
+	if len(layout) > 1 && len(noRDMA) > 0 {
 		a.ethernet = fmt.Sprintf("the ranks span %d hosts and %s %s no RDMA NIC (NCCL would use plain sockets)",
-			len(perHost), strings.Join(noRDMA, ", "), map[bool]string{true: "has", false: "have"}[len(noRDMA) == 1])
+			len(layout), strings.Join(noRDMA, ", "), map[bool]string{true: "has", false: "have"}[len(noRDMA) == 1])
 	}
-	for i, c := range caps {
-		ids[i] = c.Peer.Host
-	}
-	if l := hosts.Group(ids); hosts.Equal(l, len(caps)) {
-		a.hosts = l
+	if hosts.Equal(layout, len(caps)) {
+		a.hosts = layout
 	}
 	// NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so
 	// processes that share one (tests, or oversubscribed jobs) use the
