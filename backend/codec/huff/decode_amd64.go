@@ -38,7 +38,7 @@ var useLUTAsm = cpuid.CPU.Supports(cpuid.AVX2)
 // useQuad: DecodeBlock decodes a record's four streams with the assembly
 // (else two at a time in Go); tests switch it off to check one against the
 // other.
-var useQuad = hasBMI2
+var useQuad = hasBMI2 && cpuid.CPU.Supports(cpuid.LZCNT)
 
 // decodeQuad decodes the four streams of a record (starts: their byte
 // bounds in src) into out: the assembly runs while every stream has room,

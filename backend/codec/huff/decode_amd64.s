@@ -9,7 +9,10 @@
 // A buffer is filled from its stream's bit address q: the 8 bytes at q>>3
 // with bit 63 set as a sentinel, shifted down by q&7, so it holds >= 56
 // bits; a round's five lookups take <= 55. Where the sentinel ends up tells
-// how many bits were taken: the next q is (q &^ 7) + 63 - bsr(buffer).
+// how many bits were taken: the next q is (q &^ 7) + lzcnt(buffer). Not BSR:
+// on Intel it also waits for its destination's old value, which chained
+// each stream's refill to the previous stream's (a round took a quarter
+// longer).
 
 // FILL(Q, B) loads buffer B for the bit address in Q. Clobbers AX, Q.
 #define FILL(Q, B) \
@@ -24,11 +27,10 @@
 // whose fill started at quadState.q[OFF/8], and stores it there (for Go;
 // the next fill takes it from BX).
 #define NEXTQ(OFF, B) \
-	BSRQ B, AX \
+	LZCNTQ B, AX \
 	MOVQ OFF(SI), BX \
 	ANDQ $-8, BX \
-	SUBQ AX, BX \
-	ADDQ $63, BX \
+	ADDQ AX, BX \
 	MOVQ BX, OFF(SI)
 
 // LOOKUP(B, P) decodes the entry under the low 11 bits of B: drops its bits
