@@ -277,7 +277,7 @@ def table(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], mo
                 speed += "†"  # timed in a separate launch, not alternating with gloo
             wire_text = f"{wire / 1e6:.2f}" + ("" if source == "nic" else "*") if wire else "n/a"
             lines.append(f"{MODE_NAMES.get(mode, mode):<6} {label:<26} {s['median_step_s'] * 1e3:>8.1f} {speed:>8} "
-                         f"{wire_text:>13} {ratio:>6} {s['losses'][-1]:>11.4f}")
+                         f"{wire_text:>13} {ratio:>6} {_final(s['losses']):>11.4f}")
     return "\n".join(lines)
 
 
