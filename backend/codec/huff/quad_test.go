@@ -70,6 +70,7 @@ func TestQuadKernel(t *testing.T) {
 		}
 		add(e.AppendExact(nil, u, 0), n)
 	}
+	holedErrs := 0
 	for i, rec := range recs {
 		if rec[0] != ModeHuff {
 			continue
@@ -77,6 +78,14 @@ func TestQuadKernel(t *testing.T) {
 		out, err := decodeBoth(t, rec, ns[i])
 		if err != nil || len(out) != ns[i] {
 			t.Fatalf("record %d: %v", i, err)
+		}
+		// an incomplete table (one code a bit longer: Kraft sum < 1) has
+		// entries of no code, which stop a stream; the kernel's round for
+		// tables without an escape must stop where the portable decoder does
+		if holed, ok := lengthenShortestCode(rec); ok {
+			if _, err := decodeBoth(t, holed, ns[i]); err != nil {
+				holedErrs++
+			}
 		}
 		r := rand.New(rand.NewPCG(uint64(i), 5))
 		for j := 0; j < 40; j++ {
@@ -86,6 +95,29 @@ func TestQuadKernel(t *testing.T) {
 			decodeBoth(t, rec[:r.IntN(len(rec))], ns[i])
 		}
 	}
+	if holedErrs == 0 {
+		t.Fatal("no record with a lengthened code failed: the stopped-stream path went untried")
+	}
+}
+
+// lengthenShortestCode returns rec with its shortest code (the first window
+// symbol of that length) one bit longer: the codes after it move and the
+// table leaves codes unassigned.
+func lengthenShortestCode(rec []byte) ([]byte, bool) {
+	nwin := int(rec[2]) + 1
+	best, bestLen := -1, byte(MaxCodeLen)
+	for i := 0; i < nwin; i++ {
+		l := rec[3+i/2] >> (4 * (i & 1)) & 0xf
+		if l != 0 && l < bestLen {
+			best, bestLen = i, l
+		}
+	}
+	if best < 0 {
+		return nil, false
+	}
+	out := bytes.Clone(rec)
+	out[3+best/2] += 1 << (4 * (best & 1))
+	return out, true
 }
 
 // TestFillLUT checks the vector table fill against fillLUT on the tables of
