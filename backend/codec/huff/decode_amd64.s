@@ -11,8 +11,8 @@
 // bits; a round's five lookups take <= 55. Where the sentinel ends up tells
 // how many bits were taken: the next q is (q &^ 7) + lzcnt(buffer). Not BSR:
 // on Intel it also waits for its destination's old value, which chained
-// each stream's refill to the previous stream's (a round took a quarter
-// longer).
+// each stream's refill to the previous stream's (BenchmarkDecodeFP16Plane:
+// 1.14x to 1.24x slower).
 
 // FILL(Q, B) loads buffer B for the bit address in Q. Clobbers AX, Q.
 #define FILL(Q, B) \

@@ -262,8 +262,9 @@ def _launch(net: Network, runs: dict[str, str], extra: dict[str, str], args: arg
     setting = f" ({', '.join(f'{k}={v}' for k, v in env.items() if k.startswith('ZIPCCL_COMPRESS'))})" \
         if any(k.startswith("ZIPCCL_COMPRESS") for k in env) else ""
     print(f"\n== {names}{setting}{how} ==", flush=True)
-    # 900 s holds the default 100 steps of every mode (528 s the longest
-    # seen); longer runs get that much per 100 steps
+    # 900 s holds the default 100 steps of every mode (the EDGC demo's 528 s,
+    # benchmarks/results/demo-dp-hook-edgc-100mbit-rmax-seed2.log, the
+    # longest recorded); longer runs get that much per 100 steps
     launch_ranks(net, ["-m", "zipccl.demo.train", json.dumps(_train_config(args, runs, modes, net.world_size))],
                  env=env, on_line=on_line, timeout_s=900 * max(1.0, args.steps / 100))
     return summaries
