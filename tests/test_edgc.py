@@ -137,7 +137,7 @@ def test_rank_follows_the_change_between_windows():
     assert ctl.end_window(2.0, 7000, shape).rank < rise.rank
 
 
-def _cost_scan(shapes, world, lat, bw, k, rate, gb=4, fb=4):
+def _cost_scan(shapes, world, lat, bw, k, rate, b=0.0, gb=4, fb=4):
     """max_rank by brute force over r, from its docstring's cost."""
     ar = hooks.allreduce_seconds
     total = sum(m * n for m, n in shapes)
@@ -148,7 +148,7 @@ def _cost_scan(shapes, world, lat, bw, k, rate, gb=4, fb=4):
         if not comp:
             break
         ce = sum(m * n for m, n in comp)
-        t = (k * r * ce / total + 2 * ar(0, world, lat, bw)
+        t = (b * len(comp) / len(shapes) + k * r * ce / total + 2 * ar(0, world, lat, bw)
              + ar(r * sum(m + n for m, n in comp) * fb + (total - ce) * gb, world, 0.0, bw))
         if t >= raw:
             break
@@ -171,8 +171,35 @@ def test_max_rank_counts_matrices_sent_raw():
         shapes = [(rng.choice([64, 96, 192, 256, 700, 1024]), rng.choice([32, 128, 192, 512, 768]))
                   for _ in range(rng.randint(1, 6))]
         args = (rng.choice([2, 4, 8]), rng.choice([0.0, 1e-5, 1e-3, 0.05]), rng.choice([1e6, 12e6, 1e9]),
-                rng.choice([0.0, 1e-5, 1e-3, 0.02]), rng.choice([1.0, 2.0, 4.0]))
-        assert hooks.max_rank(shapes, *args[:4], min_compression_rate=args[4]) == _cost_scan(shapes, *args), (shapes, args)
+                rng.choice([0.0, 1e-5, 1e-3, 0.02]), rng.choice([1.0, 2.0, 4.0]), rng.choice([0.0, 1e-3, 0.02, 0.5]))
+        got = hooks.max_rank(shapes, *args[:4], min_compression_rate=args[4], compress_s_fixed=args[5])
+        assert got == _cost_scan(shapes, *args), (shapes, args)
+
+
+def test_max_rank_counts_the_fixed_compression_cost():
+    # The demo's matrices at 100 Mbit/s with the compression cost the hook
+    # measured there (twenty-sixth session: about 21 ms fixed and 0.2 ms per
+    # unit of rank): taking the time at rank 4 as all per-rank cost (5.45 ms
+    # a unit, as before) gives a lower r_max on a fast link, where the
+    # compression time matters.
+    demo = [(576, 192)] * 4 + [(192, 192)] * 4 + [(768, 192)] * 4 + [(192, 768)] * 4 + [(256, 192)] * 2 + [(128, 192)]
+    fitted = hooks.max_rank(demo, 4, 2e-5, 117e6, 2e-4, compress_s_fixed=0.021)
+    lumped = hooks.max_rank(demo, 4, 2e-5, 117e6, 0.0218 / 4)
+    assert fitted == _cost_scan(demo, 4, 2e-5, 117e6, 2e-4, 2.0, 0.021)
+    assert lumped < fitted, (lumped, fitted)
+    # a fixed cost above what sending raw takes leaves no rank worth it
+    raw = hooks.allreduce_seconds(sum(m * n for m, n in demo) * 4, 4, 2e-5, 117e6)
+    assert hooks.max_rank(demo, 4, 2e-5, 117e6, 0.0, compress_s_fixed=raw) == 0
+    with pytest.raises(ValueError):
+        hooks.max_rank(demo, 4, 2e-5, 117e6, 0.0, compress_s_fixed=-1.0)
+
+
+def test_fit_compression_time():
+    from zipccl.hooks.edgc import fit_compression_time, timing_rank
+    assert fit_compression_time(4, 0.030, 64, 0.090) == pytest.approx((0.026, 0.001))
+    assert fit_compression_time(4, 0.030, 64, 0.020) == (0.030, 0.0)  # noise: no negative k
+    assert fit_compression_time(4, 0.001, 64, 0.601) == (0.0, pytest.approx(0.01))  # no negative b
+    assert timing_rank(4) == 64 and timing_rank(48) == 96
 
 
 def test_window_clamps_and_warmup():
@@ -410,7 +437,7 @@ def task_r_max_from_link(ctx):
     link = state.link
     shapes = [sh for per in state.shapes.values() for sh in per]
     want = hooks.max_rank(shapes, ctx.world_size, link["latency_s"], link["bytes_per_s"], link["compress_s_per_rank"],
-                          min_compression_rate=state.min_compression_rate)
+                          min_compression_rate=state.min_compression_rate, compress_s_fixed=link["compress_s_fixed"])
     return {"refused": refused, "link": link, "r_max": state.controller.r_max, "want": want,
             "same": _all_same(ctx, repr(link)), "shapes": shapes}
 
@@ -486,7 +513,8 @@ def test_r_max_from_the_measured_link(pools):
     r0 = res[0]
     assert "pass r_max" in r0["refused"], r0["refused"]
     assert all(r["same"] for r in res), [r["link"] for r in res]
-    assert r0["link"]["bytes_per_s"] > 0 and r0["link"]["compress_s_per_rank"] > 0, r0["link"]
+    assert r0["link"]["bytes_per_s"] > 0, r0["link"]
+    assert r0["link"]["compress_s_per_rank"] + r0["link"]["compress_s_fixed"] > 0, r0["link"]
     assert r0["r_max"] == r0["want"] == r0["link"]["r_max"], r0
     assert sorted(r0["shapes"]) == sorted([(64, 48), (96, 64), (5, 5), (80, 72)])
 

@@ -433,10 +433,13 @@ def _print_dp_hook_results(runs: dict[str, dict[str, dict[str, Any]]], netns: bo
             print(f"{LABELS[key]} rank by step: {report.rank_runs(s['hook_ranks'])}")
     edgc = runs.get("zipccl-edgc", {}).get("ddp") or {}
     if edgc.get("link"):
+        from ..hooks.edgc import timing_rank
+
         link = edgc["link"]
         print(f"EDGC r_max = {link['r_max']}: link {link['bytes_per_s'] * 8 / 1e6:.0f} Mbit/s, "
               f"latency {link['latency_s'] * 1e6:.0f} us (zipccl.link_model), compression "
-              f"{link['compress_s_per_rank'] * 1e3:.2f} ms per unit of rank (measured at r_min)")
+              f"{link['compress_s_fixed'] * 1e3:.2f} ms + {link['compress_s_per_rank'] * 1e3:.3f} ms per unit of "
+              f"rank (fitted to its times at ranks {EDGC_R_MIN} and {timing_rank(EDGC_R_MIN)})")
     elif edgc:
         print("EDGC r_max: not set (no window ended with a timed compression)")
     for w in edgc.get("windows", []):

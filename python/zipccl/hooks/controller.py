@@ -112,7 +112,7 @@ def allreduce_seconds(nbytes: float, world_size: int, latency_s: float, bytes_pe
 
 def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: float, bytes_per_s: float,
              compress_s_per_rank: float, grad_bytes: int = 4, factor_bytes: int = 4,
-             min_compression_rate: float = 2.0) -> int:
+             min_compression_rate: float = 2.0, compress_s_fixed: float = 0.0) -> int:
     """r_max from a link model: the largest r such that at every rank from 1
     to r, compressing, sending and decompressing beats sending the raw
     gradient (EDGC's Eq. 2),
@@ -124,25 +124,31 @@ def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: floa
     the matrices sent raw join, and Q's). At rank r a matrix is compressed
     only if (m + n) r min_compression_rate < m n, as the hook decides: the
     others travel raw (raw_r: their elements) and cost no compression.
-    T_c(r) = compress_s_per_rank * r * (the compressed matrices' share of
-    the elements), compress_s_per_rank being the measured time to compress
-    and decompress every matrix of shapes per unit of rank (the paper's
-    T_comm = k r + b, with k per element). shapes are the gradient's
+    T_c(r) = compress_s_fixed * (the compressed matrices' share of the
+    matrices) + compress_s_per_rank * r * (their share of the elements): the
+    paper's T_comm = k r + b, b and k measured for compressing and
+    decompressing every matrix of shapes, b per matrix (the QRs' and the
+    calls' fixed cost), k per element. shapes are the gradient's
     matrices; grad_bytes and factor_bytes the element sizes of the raw
     gradient and of the factors (this hook sends float32 factors). 0 when
     no rank pays.
 
     (Counting every matrix as compressed at every rank, as this did before,
-    put r_max where the demo's 256 x 256 matrices already went raw, and
-    EDGC there ran slower than plain DDP: benchmarks/RESULTS.md (m4).)
+    put r_max past the rank from which the demo sends every matrix raw, and
+    EDGC there ran slower than plain DDP: benchmarks/RESULTS.md (m4). A
+    T_c without b, k being the time at one rank over that rank, as EDGCState
+    measured it before, took the demo's compression at rank 64 for 16 times
+    what it costs: RESULTS.md (m5).)
 
     This is the hook point for the backend's measured link: it takes the link
     as arguments; pass what the group measured for latency_s and bytes_per_s.
     """
     if not shapes or world_size < 2:
         return 0
-    if latency_s < 0 or bytes_per_s <= 0 or compress_s_per_rank < 0 or min_compression_rate <= 0:
-        raise ValueError("need latency_s >= 0, bytes_per_s > 0, compress_s_per_rank >= 0, min_compression_rate > 0")
+    if (latency_s < 0 or bytes_per_s <= 0 or compress_s_per_rank < 0 or compress_s_fixed < 0
+            or min_compression_rate <= 0):
+        raise ValueError("need latency_s >= 0, bytes_per_s > 0, compress_s_per_rank >= 0, compress_s_fixed >= 0, "
+                         "min_compression_rate > 0")
     total = sum(m * n for m, n in shapes)
     raw = allreduce_seconds(total * grad_bytes, world_size, latency_s, bytes_per_s)
     fixed = 2 * allreduce_seconds(0, world_size, latency_s, bytes_per_s)
@@ -163,7 +169,8 @@ def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: floa
         if comp_elems == 0:
             break
         end = math.ceil(limit[i][0]) - 1  # the last rank before the next matrix goes raw
-        a = fixed + moved((total - comp_elems) * grad_bytes)
+        a = (fixed + moved((total - comp_elems) * grad_bytes)
+             + compress_s_fixed * (len(limit) - i) / len(limit))
         b = compress_s_per_rank * comp_elems / total + moved(comp_sides * factor_bytes)
         if a + b * r >= raw:
             break

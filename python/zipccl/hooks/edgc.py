@@ -68,7 +68,8 @@ class EDGCState:
             decompressing beats sending the raw gradient (max_rank), from
             the link zipccl measured for the group (zipccl.link_model) and
             this hook's own compression time, timed on the gradients at
-            rank r_min and averaged over the group; set at the first
+            ranks r_min and timing_rank(r_min) and averaged over the group
+            (a fixed part and a part per unit of rank); set at the first
             window's end, the same on every rank (state.link holds what it
             used). With another backend r_max must be given.
         window: iterations per window; the rank changes only at a window's
@@ -127,10 +128,11 @@ class EDGCState:
         self.bytes_in = 0
         self.bytes_out = 0
         # r_max=None: each bucket's matrix shapes and seconds to compress
-        # them at rank r_min (timed once), and what max_rank was given
+        # them at ranks r_min and timing_rank(r_min) (timed once), and what
+        # max_rank was given
         self.r_min = r_min
         self.shapes: dict[int, list[tuple[int, int]]] = {}
-        self.compress_seconds: dict[int, float] = {}
+        self.compress_seconds: dict[int, tuple[float, float]] = {}
         self.link: dict[str, float] | None = None
         self._grad_bytes = 4
         self._entropy_sum = 0.0
@@ -193,24 +195,36 @@ class EDGCState:
             self._entropy_weight += buffer.numel()
 
     def _time_compression(self, index: int, grads: list[torch.Tensor]) -> None:
-        """Times this bucket's compression and decompression at rank r_min
-        (P = MQ, orthonormalisation, Q = M^T P, PQ^T), without its
-        all-reduces: max_rank's T_c."""
+        """Times this bucket's compression and decompression (P = MQ, the
+        orthonormalisations, Q = M^T P, PQ^T), without its all-reduces, at
+        ranks r_min and timing_rank(r_min), each the fastest of three:
+        max_rank's T_c = b + k r is fitted to the two."""
         mats = [g.reshape(g.shape[0], -1) for g in grads if g.dim() >= 2]
         cuda = any(g.is_cuda for g in mats)
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for g in mats:
-            m = g.to(torch.float32, copy=True)
-            r = min(*m.shape, self.r_min)
-            p = orthonormalize(m @ orthonormalize(torch.ones(m.shape[1], r, device=m.device)))
-            g.new_empty(g.shape).copy_(p @ (m.T @ p).T)
-        if cuda:
-            torch.cuda.synchronize()
-        shapes = [(g.shape[0], g.shape[1]) for g in mats]
-        self.shapes[index] = shapes
-        self.compress_seconds[index] = time.perf_counter() - start
+        # Random Q, as the hook's: QR of a matrix of ones (rank 1) took 15x
+        # as long on CPU, and inflated r_max's compression time.
+        gen = torch.Generator().manual_seed(_seed(self.seed, index))
+        qs = {(n, cols, rank): torch.randn(cols, min(n, cols, rank), generator=gen).to(g.device)
+              for g in mats for n, cols in [g.shape] for rank in (self.r_min, timing_rank(self.r_min))}
+
+        def once(rank: int) -> float:
+            if cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for g in mats:
+                m = g.to(torch.float32, copy=True)
+                p = orthonormalize(m @ orthonormalize(qs[(*m.shape, rank)]))
+                g.new_empty(g.shape).copy_(p @ (m.T @ p).T)
+            if cuda:
+                torch.cuda.synchronize()
+            return time.perf_counter() - start
+
+        lo, hi = [], []
+        for _ in range(3):  # interleaved, so a busy moment does not bend the fit
+            lo.append(once(self.r_min))
+            hi.append(once(timing_rank(self.r_min)))
+        self.shapes[index] = [(g.shape[0], g.shape[1]) for g in mats]
+        self.compress_seconds[index] = (min(lo), min(hi))
 
     def _end_iteration(self, group: dist.ProcessGroup, device: torch.device) -> None:
         """Counts the iteration; at a window's end agrees on the window's
@@ -219,21 +233,25 @@ class EDGCState:
         self.iter += 1
         if self.iter % self.window:
             return
-        timed = sum(self.compress_seconds.values())
-        t = torch.tensor([self._entropy_sum, self._entropy_weight, timed], dtype=torch.float64, device=device)
+        timed_lo = sum(lo for lo, _ in self.compress_seconds.values())
+        timed_hi = sum(hi for _, hi in self.compress_seconds.values())
+        t = torch.tensor([self._entropy_sum, self._entropy_weight, timed_lo, timed_hi], dtype=torch.float64,
+                         device=device)
         dist.all_reduce(t, group=group)
         self._entropy_sum = self._entropy_weight = 0.0
-        total, weight, timed_sum = t.tolist()
+        total, weight, sum_lo, sum_hi = t.tolist()
         if self.controller.r_max is None:
-            if timed_sum <= 0:
+            if sum_lo <= 0:
                 return  # no bucket timed yet: the next window sets r_max
-            self._set_r_max(group, timed_sum / dist.get_world_size(group))
+            world = dist.get_world_size(group)
+            self._set_r_max(group, sum_lo / world, sum_hi / world)
         if weight > 0 and self.reference_shape is not None:
             self.windows.append(self.controller.end_window(total / weight, self.iter, self.reference_shape))
 
-    def _set_r_max(self, group: dist.ProcessGroup, compress_seconds: float) -> None:
+    def _set_r_max(self, group: dist.ProcessGroup, seconds_lo: float, seconds_hi: float) -> None:
         """r_max from zipccl's measured link and the group's mean compression
-        time (the same numbers on every rank, so the same r_max)."""
+        times at ranks r_min and timing_rank(r_min) (the same numbers on
+        every rank, so the same r_max)."""
         from .. import link_model
 
         link = link_model(group)
@@ -242,11 +260,11 @@ class EDGCState:
                                "first float collective of 64 KiB or more under compression 'auto'; under "
                                "'never' it does not): pass r_max")
         shapes = [s for per_bucket in self.shapes.values() for s in per_bucket]
-        per_rank = compress_seconds / self.r_min
+        fixed, per_rank = fit_compression_time(self.r_min, seconds_lo, timing_rank(self.r_min), seconds_hi)
         self.controller.r_max = max_rank(shapes, dist.get_world_size(group), link.latency_s, link.bytes_per_s,
                                          per_rank, grad_bytes=self._grad_bytes,
-                                         min_compression_rate=self.min_compression_rate)
-        self.link = {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s,
+                                         min_compression_rate=self.min_compression_rate, compress_s_fixed=fixed)
+        self.link = {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s, "compress_s_fixed": fixed,
                      "compress_s_per_rank": per_rank, "r_max": self.controller.r_max}
 
     def _q_for(self, index: int, j: int, cols: int, r: int, device: torch.device) -> torch.Tensor:
@@ -259,6 +277,19 @@ class EDGCState:
         gen = torch.Generator().manual_seed(_seed(self.seed, self.iter, index, j))
         new = torch.randn(cols, r - have, generator=gen).to(device)
         return new if have == 0 else torch.cat([q, new], dim=1)
+
+
+def timing_rank(r_min: int) -> int:
+    """The second rank EDGCState times its compression at: far enough from
+    r_min for the difference to stand out of the timing's noise."""
+    return max(2 * r_min, 64)
+
+
+def fit_compression_time(r_lo: int, seconds_lo: float, r_hi: int, seconds_hi: float) -> tuple[float, float]:
+    """(b, k) of T_c(r) = b + k r through two timings, neither negative: a
+    k of 0 where the timing at r_hi came out no slower."""
+    k = max(0.0, (seconds_hi - seconds_lo) / (r_hi - r_lo))
+    return max(0.0, seconds_lo - k * r_lo), k
 
 
 def _allreduce_mean(buffer: torch.Tensor, group: dist.ProcessGroup, world: int) -> torch.futures.Future[torch.Tensor]:
