@@ -201,8 +201,9 @@ class EDGCState:
         max_rank's T_c = b + k r is fitted to the two."""
         mats = [g.reshape(g.shape[0], -1) for g in grads if g.dim() >= 2]
         cuda = any(g.is_cuda for g in mats)
-        # Random Q, as the hook's: QR of a matrix of ones (rank 1) took 15x
-        # as long on CPU, and inflated r_max's compression time.
+        # Random Q, as the hook's: the QR of a matrix of ones (rank 1) is
+        # far slower on CPU, and inflated r_max's compression time
+        # (benchmarks/RESULTS.md (m5)).
         gen = torch.Generator().manual_seed(_seed(self.seed, index))
         qs = {(n, cols, rank): torch.randn(cols, min(n, cols, rank), generator=gen).to(g.device)
               for g in mats for n, cols in [g.shape] for rank in (self.r_min, timing_rank(self.r_min))}
