@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import random
+import time
 
 import numpy as np
 import pytest
@@ -137,7 +138,7 @@ def test_rank_follows_the_change_between_windows():
     assert ctl.end_window(2.0, 7000, shape).rank < rise.rank
 
 
-def _cost_scan(shapes, world, lat, bw, k, rate, b=0.0, gb=4, fb=4):
+def _cost_scan(shapes, world, lat, bw, k, rate, b=0.0, o=0.0, gb=4, fb=4):
     """max_rank by brute force over r, from its docstring's cost."""
     ar = hooks.allreduce_seconds
     total = sum(m * n for m, n in shapes)
@@ -148,7 +149,7 @@ def _cost_scan(shapes, world, lat, bw, k, rate, b=0.0, gb=4, fb=4):
         if not comp:
             break
         ce = sum(m * n for m, n in comp)
-        t = (b * len(comp) / len(shapes) + k * r * ce / total + 2 * ar(0, world, lat, bw)
+        t = (o + b * len(comp) / len(shapes) + k * r * ce / total + 2 * ar(0, world, lat, bw)
              + ar(r * sum(m + n for m, n in comp) * fb + (total - ce) * gb, world, 0.0, bw))
         if t >= raw:
             break
@@ -171,9 +172,19 @@ def test_max_rank_counts_matrices_sent_raw():
         shapes = [(rng.choice([64, 96, 192, 256, 700, 1024]), rng.choice([32, 128, 192, 512, 768]))
                   for _ in range(rng.randint(1, 6))]
         args = (rng.choice([2, 4, 8]), rng.choice([0.0, 1e-5, 1e-3, 0.05]), rng.choice([1e6, 12e6, 1e9]),
-                rng.choice([0.0, 1e-5, 1e-3, 0.02]), rng.choice([1.0, 2.0, 4.0]), rng.choice([0.0, 1e-3, 0.02, 0.5]))
-        got = hooks.max_rank(shapes, *args[:4], min_compression_rate=args[4], compress_s_fixed=args[5])
+                rng.choice([0.0, 1e-5, 1e-3, 0.02]), rng.choice([1.0, 2.0, 4.0]), rng.choice([0.0, 1e-3, 0.02, 0.5]),
+                rng.choice([-0.01, 0.0, 0.0, 1e-3, 0.05]))
+        got = hooks.max_rank(shapes, *args[:4], min_compression_rate=args[4], compress_s_fixed=args[5],
+                             step_overhead_s=args[6])
         assert got == _cost_scan(shapes, *args), (shapes, args)
+        # exchange_seconds is the same cost: r_max is the last rank of the
+        # leading run where it beats the raw exchange
+        model = dict(world_size=args[0], latency_s=args[1], bytes_per_s=args[2], compress_s_per_rank=args[3],
+                     min_compression_rate=args[4], compress_s_fixed=args[5])
+        raw = hooks.exchange_seconds(shapes, 0, **model)
+        assert raw == hooks.allreduce_seconds(sum(m * n for m, n in shapes) * 4, *args[:3])
+        if got:
+            assert all(hooks.exchange_seconds(shapes, r, **model) + args[6] < raw for r in range(1, got + 1))
 
 
 def test_max_rank_counts_the_fixed_compression_cost():
@@ -442,6 +453,60 @@ def task_r_max_from_link(ctx):
             "same": _all_same(ctx, repr(link)), "shapes": shapes}
 
 
+def task_measured_steps(ctx, raw_sleep, compressed_sleep):
+    """r_max=None on a link zipccl.link_model says runs at 10 Mbit/s, the
+    link's time played by sleeps in the hook (per bucket: raw_sleep in a
+    raw all-reduce, compressed_sleep in a compressed exchange). Returns what
+    the calibration did, per step; and at the first raw step after
+    compression stopped, whether the output was the mean of gradient plus
+    residual over the ranks (no error-feedback residual lost)."""
+    import logging
+
+    import zipccl
+    from zipccl.hooks import edgc
+
+    def slowed(fn, seconds):
+        def call(*args, **kwargs):
+            time.sleep(seconds)
+            return fn(*args, **kwargs)
+        return call
+
+    saved = (zipccl.link_model, edgc._allreduce_mean, edgc._compress)
+    zipccl.link_model = lambda group=None: zipccl.LinkModel(1e-4, 1.25e6, False)
+    edgc._allreduce_mean = slowed(edgc._allreduce_mean, raw_sleep)
+    edgc._compress = slowed(edgc._compress, compressed_sleep)
+    warnings: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger(edgc.__name__).addHandler(handler)
+    try:
+        state = hooks.EDGCState(None, r_min=2, r_max=None, window=2, total_iterations=20, alpha=1.0)
+        ranks, folded = [], None
+        for step in range(12):
+            grads = _entropy_grads(step, ctx.rank, ctx.world_size, SHAPES, False)
+            before = {i: {j: e.clone() for j, e in per.items()} for i, per in state.errors.items()}
+            raw = state.rank is None
+            out = run_step(state, grads)
+            ranks.append(state.rank)
+            if raw and before and folded is None:
+                # what every rank sent: its gradient plus its residual
+                sent = [[g.clone() for g in b] for b in grads]
+                for i, per in before.items():
+                    for j, e in per.items():
+                        sent[i][j] += e.view_as(sent[i][j])
+                everyone = [None] * ctx.world_size
+                dist.all_gather_object(everyone, sent, group=ctx.gloo)
+                folded = all(torch.allclose(out[i][j], sum(o[i][j] for o in everyone) / ctx.world_size,
+                                            rtol=1e-5, atol=1e-7)
+                              for i in range(len(out)) for j in range(len(out[i])))
+        return {"ranks": ranks, "link": state.link, "r_max": state.controller.r_max, "folded": folded,
+                "errors_left": sum(len(v) for v in state.errors.values()), "warnings": warnings,
+                "windows": [(w.iteration, w.rank, w.r_max) for w in state.windows]}
+    finally:
+        zipccl.link_model, edgc._allreduce_mean, edgc._compress = saved
+        logging.getLogger(edgc.__name__).removeHandler(handler)
+
+
 def _allreduce_wire(group=None) -> int:
     """The bytes zipccl's all_reduce has sent on group so far."""
     import zipccl
@@ -517,6 +582,34 @@ def test_r_max_from_the_measured_link(pools):
     assert r0["link"]["compress_s_per_rank"] + r0["link"]["compress_s_fixed"] > 0, r0["link"]
     assert r0["r_max"] == r0["want"] == r0["link"]["r_max"], r0
     assert sorted(r0["shapes"]) == sorted([(64, 48), (96, 64), (5, 5), (80, 72)])
+
+
+def test_measured_steps_stop_compression_that_does_not_pay(pools):
+    """Compressed steps measured 0.3 s slower than raw ones, where the link
+    model says they save time: at the next window's end r_max falls below
+    r_min on every rank, compression stops for good, with a warning, and the
+    residuals go into the next raw all-reduce."""
+    res = pools.get(2).run(task_measured_steps, 0.0, 0.1, timeout=120)
+    r0 = res[0]
+    assert all(r["ranks"] == r0["ranks"] and r["windows"] == r0["windows"] for r in res), res
+    ranks = r0["ranks"]
+    on = [i for i, r in enumerate(ranks) if r is not None]
+    assert on and on == list(range(on[0], on[-1] + 1)) and on[-1] < len(ranks) - 1, ranks
+    assert r0["link"]["r_max"] >= 2 and r0["r_max"] < 2, r0
+    assert r0["link"]["step_overhead_s"] > 0.2, r0["link"]
+    assert r0["folded"] is True and r0["errors_left"] == 0, r0
+    assert any("compression does not pay" in w for w in r0["warnings"]), r0["warnings"]
+
+
+def test_measured_steps_keep_compression_that_pays(pools):
+    """The other way round (raw steps 0.3 s slower): the measured overhead
+    is negative, r_max stays at the model's, and compression goes on."""
+    res = pools.get(2).run(task_measured_steps, 0.1, 0.0, timeout=120)
+    r0 = res[0]
+    assert all(r["ranks"] == r0["ranks"] for r in res), res
+    assert r0["link"]["step_overhead_s"] < 0, r0["link"]
+    assert r0["r_max"] == r0["link"]["r_max"] >= 2, r0
+    assert r0["ranks"][-1] is not None and not r0["warnings"], r0
 
 
 def test_state_save_load_resumes(pools):

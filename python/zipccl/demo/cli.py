@@ -40,8 +40,8 @@ bound by the collectives' latency more than by bytes. 8 heads instead of
 ``--dp-hook edgc`` trains DDP with gradient compression hooks instead,
 alternating in one launch on zipccl groups: plain DDP, PowerSGD at fixed
 ranks (--psgd-rank, default 24 and 96) and zipccl.hooks' EDGC (r_min 4,
-r_max None: from the link zipccl measured and the hook's own compression
-time; windows of 5 steps, entropy sampled every step: the paper's 1000
+r_max None: from the link zipccl measured, the hook's own compression
+time, and its measured steps; windows of 5 steps, entropy sampled every step: the paper's 1000
 and 1/alpha = 10 would leave no window to act in 100 steps). The
 fixed-rank runs are EDGCState with r_min = r_max, not torch's powerSGD_hook,
 which fails on CPU tensors (see DP_HOOK_LAUNCHES), so they share EDGC's
@@ -440,12 +440,19 @@ def _print_dp_hook_results(runs: dict[str, dict[str, dict[str, Any]]], netns: bo
               f"latency {link['latency_s'] * 1e6:.0f} us (zipccl.link_model), compression "
               f"{link['compress_s_fixed'] * 1e3:.2f} ms + {link['compress_s_per_rank'] * 1e3:.3f} ms per unit of "
               f"rank (fitted to its times at ranks {EDGC_R_MIN} and {timing_rank(EDGC_R_MIN)})")
+        if "step_overhead_s" in link:
+            print(f"EDGC measured steps: a compressed step cost {link['step_overhead_s'] * 1e3:+.1f} ms beyond that "
+                  f"model (last window's calibration), so r_max = {link['r_max_measured']}"
+                  + (" < r_min: compression stopped" if link["r_max_measured"] < EDGC_R_MIN else ""))
     elif edgc:
         print("EDGC r_max: not set (no window ended with a timed compression)")
+    r_max = edgc.get("link", {}).get("r_max") if edgc.get("link") else None
     for w in edgc.get("windows", []):
         rank = "uncompressed" if w["rank"] is None else f"rank {w['rank']}"
+        moved = f" (r_max now {w['r_max']}, from the measured steps)" if w.get("r_max") != r_max else ""
+        r_max = w.get("r_max")
         print(f"  EDGC window ending at step {w['iteration']:>4}: entropy {w['entropy']:.4f} nats, "
-              f"Eq. 15 target {w['target']:.1f} -> {rank}")
+              f"Eq. 15 target {w['target']:.1f} -> {rank}{moved}")
 
 
 def _print_results(runs: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str], modes: list[str],

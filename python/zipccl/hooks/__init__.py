@@ -13,11 +13,11 @@ state and the hook). The hook works with any torch.distributed backend.
 
 from __future__ import annotations
 
-from .controller import RankController, WindowRecord, allreduce_seconds, max_rank
+from .controller import RankController, WindowRecord, allreduce_seconds, exchange_seconds, max_rank
 from .edgc import EDGCState, edgc_hook, orthonormalize
 from .entropy import default_bin_width, histogram_entropy, sample_elements, sampled_entropy
 from .error_model import mp_rank_for_error, mp_tail_energy, rank_after_entropy_change
 
 __all__ = ["EDGCState", "RankController", "WindowRecord", "allreduce_seconds", "default_bin_width", "edgc_hook",
-           "histogram_entropy", "max_rank", "mp_rank_for_error", "mp_tail_energy", "orthonormalize",
+           "exchange_seconds", "histogram_entropy", "max_rank", "mp_rank_for_error", "mp_tail_energy", "orthonormalize",
            "rank_after_entropy_change", "sample_elements", "sampled_entropy"]

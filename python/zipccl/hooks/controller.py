@@ -14,13 +14,15 @@ from .error_model import rank_after_entropy_change
 @dataclasses.dataclass(frozen=True)
 class WindowRecord:
     """What one window decided: the iterations done at its end, the window's
-    mean entropy (agreed over the group), Eq. 15's unclamped rank, and the
-    stage's rank from then on (None: not compressing yet)."""
+    mean entropy (agreed over the group), Eq. 15's unclamped rank, the
+    stage's rank from then on (None: not compressing), and the r_max it was
+    clamped to."""
 
     iteration: int
     entropy: float
     target: float
     rank: int | None
+    r_max: int | None = None
 
 
 class RankController:
@@ -52,9 +54,9 @@ class RankController:
       finish their DP sync with stage 1.
 
     r_max may be None at first: EDGCState sets it from the measured link
-    (max_rank) before the first window ends. An r_max below r_min (no rank
-    pays on this link) keeps the controller in warm-up: nothing is
-    compressed.
+    (max_rank) before the first window ends, and may lower it later from the
+    measured steps. An r_max below r_min (no rank pays on this link) keeps
+    the controller in warm-up, or stops compression once started.
     """
 
     def __init__(self, r_min: int, r_max: int | None, warmup_iterations: int, max_step: int = 8, stage: int = 0,
@@ -76,8 +78,9 @@ class RankController:
 
     @property
     def rank(self) -> int | None:
-        """This stage's rank, or None while in warm-up (no compression)."""
-        if self.base_rank is None:
+        """This stage's rank, or None while nothing is compressed (warm-up,
+        or an r_max below r_min)."""
+        if self.base_rank is None or self.r_max is None or self.r_max < self.r_min:
             return None
         return min(max(round(self.base_rank + self.stage * self.stage_offset), self.r_min), self.r_max)
 
@@ -86,7 +89,7 @@ class RankController:
         if self.r_max is None:
             raise RuntimeError("RankController.end_window before r_max was set")
         if self.r_max < self.r_min:
-            return WindowRecord(iterations_done, entropy, 0.0, None)
+            return WindowRecord(iterations_done, entropy, 0.0, None, self.r_max)
         cap = min(self.r_max, *shape)
         lo = min(self.r_min, cap)
         if self.h_ref is None:
@@ -94,11 +97,11 @@ class RankController:
         previous = cap if self.base_rank is None else min(max(self.base_rank, lo), cap)
         target = rank_after_entropy_change(previous, shape[0], shape[1], self.h_ref - entropy)
         if self.base_rank is None and (iterations_done < self.warmup_iterations or round(target) >= cap):
-            return WindowRecord(iterations_done, entropy, target, None)
+            return WindowRecord(iterations_done, entropy, target, None, self.r_max)
         step = min(max(round(target), previous - self.max_step), previous + self.max_step)
         self.base_rank = min(max(step, lo), cap)
         self.h_ref = entropy
-        return WindowRecord(iterations_done, entropy, target, self.rank)
+        return WindowRecord(iterations_done, entropy, target, self.rank, self.r_max)
 
 
 def allreduce_seconds(nbytes: float, world_size: int, latency_s: float, bytes_per_s: float) -> float:
@@ -112,7 +115,7 @@ def allreduce_seconds(nbytes: float, world_size: int, latency_s: float, bytes_pe
 
 def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: float, bytes_per_s: float,
              compress_s_per_rank: float, grad_bytes: int = 4, factor_bytes: int = 4,
-             min_compression_rate: float = 2.0, compress_s_fixed: float = 0.0) -> int:
+             min_compression_rate: float = 2.0, compress_s_fixed: float = 0.0, step_overhead_s: float = 0.0) -> int:
     """r_max from a link model: the largest r such that at every rank from 1
     to r, compressing, sending and decompressing beats sending the raw
     gradient (EDGC's Eq. 2),
@@ -128,7 +131,10 @@ def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: floa
     matrices) + compress_s_per_rank * r * (their share of the elements): the
     paper's T_comm = k r + b, b and k measured for compressing and
     decompressing every matrix of shapes, b per matrix (the QRs' and the
-    calls' fixed cost), k per element. shapes are the gradient's
+    calls' fixed cost), k per element. step_overhead_s is added to every
+    compressed step's side: what a compressed step was measured to cost
+    beyond this model (EDGCState's calibration; it may be negative). shapes
+    are the gradient's
     matrices; grad_bytes and factor_bytes the element sizes of the raw
     gradient and of the factors (this hook sends float32 factors). 0 when
     no rank pays.
@@ -169,7 +175,7 @@ def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: floa
         if comp_elems == 0:
             break
         end = math.ceil(limit[i][0]) - 1  # the last rank before the next matrix goes raw
-        a = (fixed + moved((total - comp_elems) * grad_bytes)
+        a = (fixed + step_overhead_s + moved((total - comp_elems) * grad_bytes)
              + compress_s_fixed * (len(limit) - i) / len(limit))
         b = compress_s_per_rank * comp_elems / total + moved(comp_sides * factor_bytes)
         if a + b * r >= raw:
@@ -180,3 +186,19 @@ def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: floa
             break
         r = end + 1
     return max(0, min(best, max(min(s) for s in shapes)))
+
+def exchange_seconds(shapes: Sequence[tuple[int, int]], r: int, world_size: int, latency_s: float,
+                     bytes_per_s: float, compress_s_per_rank: float, grad_bytes: int = 4, factor_bytes: int = 4,
+                     min_compression_rate: float = 2.0, compress_s_fixed: float = 0.0) -> float:
+    """max_rank's model of one step's gradient exchange: at rank r >= 1 the
+    left side of its inequality, at r = 0 the raw all-reduce (its right
+    side)."""
+    total = sum(m * n for m, n in shapes)
+    if r < 1:
+        return allreduce_seconds(total * grad_bytes, world_size, latency_s, bytes_per_s)
+    comp = [(m, n) for m, n in shapes if (m + n) * r * min_compression_rate < m * n]
+    elems = sum(m * n for m, n in comp)
+    sent = r * sum(m + n for m, n in comp) * factor_bytes + (total - elems) * grad_bytes
+    return (compress_s_fixed * len(comp) / len(shapes) + compress_s_per_rank * r * elems / total
+            + 2 * allreduce_seconds(0, world_size, latency_s, bytes_per_s)
+            + allreduce_seconds(sent, world_size, 0.0, bytes_per_s))

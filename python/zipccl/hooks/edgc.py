@@ -24,14 +24,30 @@ that matches collectives by sequence number (zipccl, gloo) needs; torch's
 hook issues its second and third all-reduces from callbacks.
 
 Agreement. The rank changes only at a window's end, from the window's mean
-entropy all-reduced over the group (one 2-element all-reduce per window), so
+entropy all-reduced over the group (one small all-reduce per window), so
 every rank computes the same rank from the same numbers.
+
+Measured steps. max_rank's model counts the compression and the bytes, not
+the rest of what a compressed step costs (the entropy sampling, three
+all-reduces for one, the wait for P before Q, the backward pass's share of
+the cores), and on a fast link that rest decides: at 1 Gbit/s on 2 cores
+the model allowed rank 67 where no rank paid (benchmarks/RESULTS.md (m5)).
+So the hook times its own steps, from the first bucket's hook call to the
+last future's completion (the part of a step the exchange can lengthen),
+and with a measured r_max corrects the model by what compressed steps
+actually cost: the median, over the latest compressed steps, of (their
+time - the median warm-up step's) - (the model's time at their rank - its
+raw time), averaged over the group. r_max is then max_rank with that
+overhead on every compressed step, never above the first estimate; below
+r_min, compression stops for the rest of the run, with a warning.
 """
 
 # No `from __future__ import annotations` here: DDP's register_comm_hook
 # compares edgc_hook's annotations with dist.GradBucket and
 # torch.futures.Future[torch.Tensor] as objects.
+import logging
 import math
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,8 +56,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from .controller import RankController, WindowRecord, max_rank
+from .controller import RankController, WindowRecord, exchange_seconds, max_rank
 from .entropy import default_bin_width, histogram_entropy, sample_elements
+
+
+log = logging.getLogger(__name__)
+
+# Step times kept for the calibration: the latest this many, raw and compressed.
+SPANS_KEPT = 64
 
 
 def _seed(*parts: int) -> int:
@@ -70,8 +92,10 @@ class EDGCState:
             this hook's own compression time, timed on the gradients at
             ranks r_min and timing_rank(r_min) and averaged over the group
             (a fixed part and a part per unit of rank); set at the first
-            window's end, the same on every rank (state.link holds what it
-            used). With another backend r_max must be given.
+            window's end, the same on every rank, and lowered at later
+            windows' ends when compressed steps cost more than the model
+            says (module docstring, "Measured steps"; state.link holds
+            what it used). With another backend r_max must be given.
         window: iterations per window; the rank changes only at a window's
             end (paper: 1000).
         warmup_fraction, total_iterations: no compression before
@@ -138,6 +162,15 @@ class EDGCState:
         self._entropy_sum = 0.0
         self._entropy_weight = 0.0
         self._pending: Callable[[], None] | None = None
+        # The hook's own step times (module docstring, "Measured steps"):
+        # the open iteration's start, rank and last completion; then the
+        # warm-up's raw steps (from iteration 2: DDP rebuilds its buckets
+        # after the first) and the compressed steps as (rank, seconds).
+        self._r_max_measured = r_max is None
+        self._span: tuple[float, int, int | None] | None = None
+        self._span_done = 0.0
+        self._raw_spans: list[float] = []
+        self._spans: list[tuple[int, float]] = []
 
     @property
     def rank(self) -> int | None:
@@ -166,6 +199,25 @@ class EDGCState:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending()
+
+    def _start_step(self) -> None:
+        """At an iteration's first hook call: files the previous iteration's
+        time (DDP waited for all its futures before this backward pass) and
+        opens this one's."""
+        if self._span is not None:
+            start, it, rank = self._span
+            if self._span_done > start:
+                seconds = self._span_done - start
+                if rank is not None:
+                    self._spans = self._spans[1 - SPANS_KEPT:] + [(rank, seconds)]
+                elif it >= 2 and not self._spans:
+                    self._raw_spans = self._raw_spans[1 - SPANS_KEPT:] + [seconds]
+        self._span = (time.perf_counter(), self.iter, self.rank)
+        self._span_done = 0.0
+
+    def _done(self, _: torch.futures.Future[torch.Tensor]) -> None:
+        # On the backend's completion thread; a float store is atomic under the GIL.
+        self._span_done = max(self._span_done, time.perf_counter())
 
     def _observe(self, index: int, buffer: torch.Tensor, grads: list[torch.Tensor]) -> None:
         """Samples the bucket's entropy on measuring iterations; tracks the
@@ -236,16 +288,19 @@ class EDGCState:
             return
         timed_lo = sum(lo for lo, _ in self.compress_seconds.values())
         timed_hi = sum(hi for _, hi in self.compress_seconds.values())
-        t = torch.tensor([self._entropy_sum, self._entropy_weight, timed_lo, timed_hi], dtype=torch.float64,
-                         device=device)
+        world = dist.get_world_size(group)
+        overhead = self._step_overhead(world)
+        t = torch.tensor([self._entropy_sum, self._entropy_weight, timed_lo, timed_hi, overhead or 0.0,
+                          overhead is not None], dtype=torch.float64, device=device)
         dist.all_reduce(t, group=group)
         self._entropy_sum = self._entropy_weight = 0.0
-        total, weight, sum_lo, sum_hi = t.tolist()
+        total, weight, sum_lo, sum_hi, sum_overhead, measured = t.tolist()
         if self.controller.r_max is None:
             if sum_lo <= 0:
                 return  # no bucket timed yet: the next window sets r_max
-            world = dist.get_world_size(group)
             self._set_r_max(group, sum_lo / world, sum_hi / world)
+        elif measured == world:
+            self._calibrate(world, sum_overhead / world)
         if weight > 0 and self.reference_shape is not None:
             self.windows.append(self.controller.end_window(total / weight, self.iter, self.reference_shape))
 
@@ -267,6 +322,45 @@ class EDGCState:
                                          min_compression_rate=self.min_compression_rate, compress_s_fixed=fixed)
         self.link = {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s, "compress_s_fixed": fixed,
                      "compress_s_per_rank": per_rank, "r_max": self.controller.r_max}
+
+    def _model(self, world: int) -> tuple[list[tuple[int, int]], dict[str, Any]]:
+        """The shapes and the arguments _set_r_max gave max_rank."""
+        assert self.link is not None
+        shapes = [s for per_bucket in self.shapes.values() for s in per_bucket]
+        return shapes, {"world_size": world, "latency_s": self.link["latency_s"],
+                        "bytes_per_s": self.link["bytes_per_s"], "compress_s_per_rank": self.link["compress_s_per_rank"],
+                        "grad_bytes": self._grad_bytes, "min_compression_rate": self.min_compression_rate,
+                        "compress_s_fixed": self.link["compress_s_fixed"]}
+
+    def _step_overhead(self, world: int) -> float | None:
+        """This rank's measure of what a compressed step costs beyond the
+        model: the median over the kept compressed steps of (step - median
+        raw step) - (model at its rank - model raw). None without both kinds
+        of steps or a measured r_max."""
+        if not (self._r_max_measured and self.link is not None and self._raw_spans and self._spans):
+            return None
+        shapes, model = self._model(world)
+        raw = statistics.median(self._raw_spans)
+        model_raw = exchange_seconds(shapes, 0, **model)
+        return statistics.median((s - raw) - (exchange_seconds(shapes, r, **model) - model_raw)
+                                 for r, s in self._spans)
+
+    def _calibrate(self, world: int, overhead_s: float) -> None:
+        """r_max from the model plus the group's mean measured overhead, no
+        higher than the first estimate (state.link["r_max"])."""
+        assert self.link is not None
+        shapes, model = self._model(world)
+        first = int(self.link["r_max"])
+        r_max = min(first, max_rank(shapes, step_overhead_s=overhead_s, **model))
+        was = self.controller.rank
+        self.controller.r_max = r_max
+        self.link.update(step_overhead_s=overhead_s, r_max_measured=r_max)
+        if was is not None and self.controller.rank is None:
+            model_raw = exchange_seconds(shapes, 0, **model)
+            log.warning("EDGC: compression does not pay on this group: a compressed step took %.1f ms more than "
+                        "the link model says (raw exchange %.1f ms, at rank %d %.1f ms); sending raw gradients "
+                        "from now on", overhead_s * 1e3, model_raw * 1e3, was,
+                        exchange_seconds(shapes, was, **model) * 1e3)
 
     def _q_for(self, index: int, j: int, cols: int, r: int, device: torch.device) -> torch.Tensor:
         """Q for matrix j of the bucket: last step's (warm start), cut or
@@ -393,11 +487,23 @@ def _compress(state: EDGCState, group: dist.ProcessGroup, world: int, index: int
     return out
 
 
+def _fold_residuals(state: EDGCState, index: int, grads: list[torch.Tensor]) -> None:
+    """Compression stopped (r_max fell below r_min): the bucket's residuals
+    go into its first raw all-reduce, so no gradient is lost."""
+    errors = state.errors.pop(index, None)
+    state.qs.pop(index, None)
+    for j, e in (errors or {}).items():
+        if j < len(grads) and e.numel() == grads[j].numel():
+            grads[j].view(-1).add_(e.view(-1).to(grads[j].dtype))
+
+
 def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The DDP communication hook: a plain averaging all-reduce in warm-up,
     then EDGC's low-rank compression at the state's current rank. Register
     with ``ddp.register_comm_hook(state, edgc_hook)``."""
     state._flush()
+    if state._span is None or state._span[1] != state.iter:
+        state._start_step()
     group = state.process_group if state.process_group is not None else distributed_c10d._get_default_group()
     world = dist.get_world_size(group)
     buffer = bucket.buffer()
@@ -406,11 +512,13 @@ def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future
     state._observe(index, buffer, grads)
     rank = state.rank
     if rank is None:
+        _fold_residuals(state, index, grads)
         state.bytes_in += buffer.numel() * buffer.element_size()
         state.bytes_out += buffer.numel() * buffer.element_size()
         fut = _allreduce_mean(buffer, group, world)
     else:
         fut = _compress(state, group, world, index, buffer, grads, rank)
+    fut.add_done_callback(state._done)
     if bucket.is_last():
         state._flush()
         state._end_iteration(group, buffer.device)
