@@ -39,7 +39,8 @@ actually cost: the median, over the latest compressed steps, of (their
 time - the median warm-up step's) - (the model's time at their rank - its
 raw time), averaged over the group. r_max is then max_rank with that
 overhead on every compressed step, never above the first estimate; below
-r_min, compression stops for the rest of the run, with a warning.
+r_min, compression (and the entropy sampling) stops for the rest of the
+run, with a warning.
 """
 
 # No `from __future__ import annotations` here: DDP's register_comm_hook
@@ -231,6 +232,8 @@ class EDGCState:
                     self.reference_shape = shape
         if self.iter < 1 or self.iter % self.period:
             return
+        if self.controller.r_max is not None and self.controller.r_max < self.r_min:
+            return  # no rank pays, for good (r_max never rises): the entropy would go unused
         if self.controller.r_max is None and index not in self.compress_seconds:
             self._time_compression(index, grads)
         gen = torch.Generator(device=buffer.device).manual_seed(_seed(self.seed, self.iter, index))
