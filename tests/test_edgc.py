@@ -206,7 +206,7 @@ def test_max_rank_counts_the_fixed_compression_cost():
 
 
 def test_fit_compression_time():
-    from zipccl.hooks.edgc import fit_compression_time, timing_rank
+    from zipccl.hooks.costs import fit_compression_time, timing_rank
     assert fit_compression_time(4, 0.030, 64, 0.090) == pytest.approx((0.026, 0.001))
     assert fit_compression_time(4, 0.030, 64, 0.020) == (0.030, 0.0)  # noise: no negative k
     assert fit_compression_time(4, 0.001, 64, 0.601) == (0.0, pytest.approx(0.01))  # no negative b
@@ -471,10 +471,10 @@ def task_measured_steps(ctx, raw_sleep, compressed_sleep):
             return fn(*args, **kwargs)
         return call
 
-    saved = (zipccl.link_model, edgc._allreduce_mean, edgc._compress)
+    saved = (zipccl.link_model, edgc.allreduce_mean, edgc.compress)
     zipccl.link_model = lambda group=None: zipccl.LinkModel(1e-4, 1.25e6, False)
-    edgc._allreduce_mean = slowed(edgc._allreduce_mean, raw_sleep)
-    edgc._compress = slowed(edgc._compress, compressed_sleep)
+    edgc.allreduce_mean = slowed(edgc.allreduce_mean, raw_sleep)
+    edgc.compress = slowed(edgc.compress, compressed_sleep)
     warnings: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: warnings.append(record.getMessage())
@@ -503,7 +503,7 @@ def task_measured_steps(ctx, raw_sleep, compressed_sleep):
                 "errors_left": sum(len(v) for v in state.errors.values()), "warnings": warnings,
                 "windows": [(w.iteration, w.rank, w.r_max) for w in state.windows]}
     finally:
-        zipccl.link_model, edgc._allreduce_mean, edgc._compress = saved
+        zipccl.link_model, edgc.allreduce_mean, edgc.compress = saved
         logging.getLogger(edgc.__name__).removeHandler(handler)
 
 

@@ -433,7 +433,7 @@ def _print_dp_hook_results(runs: dict[str, dict[str, dict[str, Any]]], netns: bo
             print(f"{LABELS[key]} rank by step: {report.rank_runs(s['hook_ranks'])}")
     edgc = runs.get("zipccl-edgc", {}).get("ddp") or {}
     if edgc.get("link"):
-        from ..hooks.edgc import timing_rank
+        from ..hooks.costs import timing_rank
 
         link = edgc["link"]
         print(f"EDGC r_max = {link['r_max']}: link {link['bytes_per_s'] * 8 / 1e6:.0f} Mbit/s, "

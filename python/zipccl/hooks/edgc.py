@@ -5,42 +5,19 @@ gradients' sampled entropy.
     state = zipccl.hooks.EDGCState(group, r_min=16, r_max=64, window=1000, total_iterations=100_000)
     ddp.register_comm_hook(state, zipccl.hooks.edgc_hook)
 
-Compression, per bucket, once warm-up is over (torch's PowerSGD hook's
-algorithm, in float32 whatever the gradients' dtype):
-
-* 1-D tensors, and matrices for which (n + m) r min_compression_rate >= n m,
-  are averaged by one plain all-reduce in the bucket's dtype;
-* every other gradient, viewed as an n x m matrix M (plus its error-feedback
-  residual), becomes P = M Q (Q warm-started from the last step and
-  orthonormalised), all-reduce(P), P orthonormalised, Q = M^T P,
-  all-reduce(Q) / W, M^ = P Q^T; the local residual (I - P P^T) M (plus
-  M^'s rounding to a half-precision gradient) goes into the next step.
-
-Ordering. Every collective is issued from the thread that calls the hooks,
-never from a future's callback: the P all-reduce of bucket b in its own hook,
-its Q all-reduce in the next bucket's hook (the last bucket's at once). So
-every rank issues the same collectives in the same order, which a backend
-that matches collectives by sequence number (zipccl, gloo) needs; torch's
-hook issues its second and third all-reduces from callbacks.
+Compression, once warm-up is over, is PowerSGD's (powersgd.py: the
+algorithm, and why every collective is issued from the hook's thread).
 
 Agreement. The rank changes only at a window's end, from the window's mean
 entropy all-reduced over the group (one small all-reduce per window), so
 every rank computes the same rank from the same numbers.
 
-Measured steps. max_rank's model counts the compression and the bytes, not
-the rest of what a compressed step costs (the entropy sampling, three
-all-reduces for one, the wait for P before Q, the backward pass's share of
-the cores), and on a fast link that rest decides: at 1 Gbit/s on 2 cores
-the model allowed rank 67 where no rank paid (benchmarks/RESULTS.md (m5)).
-So the hook times its own steps, from the first bucket's hook call to the
-last future's completion (the part of a step the exchange can lengthen),
-and with a measured r_max corrects the model by what compressed steps
-actually cost: the median, over the latest compressed steps, of (their
-time - the median warm-up step's) - (the model's time at their rank - its
-raw time), averaged over the group. r_max is then max_rank with that
-overhead on every compressed step, never above the first estimate; below
-r_min, compression (and the entropy sampling) stops for the rest of the
-run, with a warning.
+Measured steps. With a measured r_max the hook times its own steps
+(costs.py: how, and why), and at each window's end lowers r_max to
+max_rank's with the group's mean measured overhead on every compressed
+step; never above the first estimate. Below r_min, compression (and the
+entropy sampling) stops for the rest of the run, with a warning, and the
+residuals go into the next raw all-reduce.
 """
 
 # No `from __future__ import annotations` here: DDP's register_comm_hook
@@ -48,8 +25,6 @@ run, with a warning.
 # torch.futures.Future[torch.Tensor] as objects.
 import logging
 import math
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,26 +33,12 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 from .controller import RankController, WindowRecord, exchange_seconds, max_rank
+from .costs import StepTimes, fit_compression_time, time_compression, timing_rank
 from .entropy import default_bin_width, histogram_entropy, sample_elements
+from .powersgd import allreduce_mean, compress, fold_residuals, shared_seed
 
 
 log = logging.getLogger(__name__)
-
-# Step times kept for the calibration: the latest this many, raw and compressed.
-SPANS_KEPT = 64
-
-
-def _seed(*parts: int) -> int:
-    # A hash of ints is the same in every process (PYTHONHASHSEED only
-    # randomises str and bytes), so every rank derives the same seeds.
-    return hash(parts) & (2**63 - 1)
-
-
-def orthonormalize(p: torch.Tensor) -> torch.Tensor:
-    """An orthonormal basis (reduced QR's Q) of p's columns, in float32:
-    torch's QR takes no half precision, and Householder QR needs no epsilon
-    for zero columns."""
-    return torch.linalg.qr(p.float(), mode="reduced").Q
 
 
 class EDGCState:
@@ -95,8 +56,7 @@ class EDGCState:
             (a fixed part and a part per unit of rank); set at the first
             window's end, the same on every rank, and lowered at later
             windows' ends when compressed steps cost more than the model
-            says (module docstring, "Measured steps"; state.link holds
-            what it used). With another backend r_max must be given.
+            says (costs.py; state.link holds what it used). With another backend r_max must be given.
         window: iterations per window; the rank changes only at a window's
             end (paper: 1000).
         warmup_fraction, total_iterations: no compression before
@@ -163,15 +123,8 @@ class EDGCState:
         self._entropy_sum = 0.0
         self._entropy_weight = 0.0
         self._pending: Callable[[], None] | None = None
-        # The hook's own step times (module docstring, "Measured steps"):
-        # the open iteration's start, rank and last completion; then the
-        # warm-up's raw steps (from iteration 2: DDP rebuilds its buckets
-        # after the first) and the compressed steps as (rank, seconds).
         self._r_max_measured = r_max is None
-        self._span: tuple[float, int, int | None] | None = None
-        self._span_done = 0.0
-        self._raw_spans: list[float] = []
-        self._spans: list[tuple[int, float]] = []
+        self.steps = StepTimes()
 
     @property
     def rank(self) -> int | None:
@@ -201,25 +154,6 @@ class EDGCState:
         if pending is not None:
             pending()
 
-    def _start_step(self) -> None:
-        """At an iteration's first hook call: files the previous iteration's
-        time (DDP waited for all its futures before this backward pass) and
-        opens this one's."""
-        if self._span is not None:
-            start, it, rank = self._span
-            if self._span_done > start:
-                seconds = self._span_done - start
-                if rank is not None:
-                    self._spans = self._spans[1 - SPANS_KEPT:] + [(rank, seconds)]
-                elif it >= 2 and not self._spans:
-                    self._raw_spans = self._raw_spans[1 - SPANS_KEPT:] + [seconds]
-        self._span = (time.perf_counter(), self.iter, self.rank)
-        self._span_done = 0.0
-
-    def _done(self, _: torch.futures.Future[torch.Tensor]) -> None:
-        # On the backend's completion thread; a float store is atomic under the GIL.
-        self._span_done = max(self._span_done, time.perf_counter())
-
     def _observe(self, index: int, buffer: torch.Tensor, grads: list[torch.Tensor]) -> None:
         """Samples the bucket's entropy on measuring iterations; tracks the
         largest matrix (the rank model's reference shape); until r_max is
@@ -236,7 +170,7 @@ class EDGCState:
             return  # no rank pays, for good (r_max never rises): the entropy would go unused
         if self.controller.r_max is None and index not in self.compress_seconds:
             self._time_compression(index, grads)
-        gen = torch.Generator(device=buffer.device).manual_seed(_seed(self.seed, self.iter, index))
+        gen = torch.Generator(device=buffer.device).manual_seed(shared_seed(self.seed, self.iter, index))
         sample = sample_elements(buffer, self.beta, gen)
         width = self.bin_widths.get(index)
         if width is None:
@@ -250,37 +184,12 @@ class EDGCState:
             self._entropy_weight += buffer.numel()
 
     def _time_compression(self, index: int, grads: list[torch.Tensor]) -> None:
-        """Times this bucket's compression and decompression (P = MQ, the
-        orthonormalisations, Q = M^T P, PQ^T), without its all-reduces, at
-        ranks r_min and timing_rank(r_min), each the fastest of three:
-        max_rank's T_c = b + k r is fitted to the two."""
+        """Times this bucket's compression at ranks r_min and
+        timing_rank(r_min), to which max_rank's T_c = b + k r is fitted."""
         mats = [g.reshape(g.shape[0], -1) for g in grads if g.dim() >= 2]
-        cuda = any(g.is_cuda for g in mats)
-        # Random Q, as the hook's: the QR of a matrix of ones (rank 1) is
-        # far slower on CPU, and inflated r_max's compression time
-        # (benchmarks/RESULTS.md (m5)).
-        gen = torch.Generator().manual_seed(_seed(self.seed, index))
-        qs = {(n, cols, rank): torch.randn(cols, min(n, cols, rank), generator=gen).to(g.device)
-              for g in mats for n, cols in [g.shape] for rank in (self.r_min, timing_rank(self.r_min))}
-
-        def once(rank: int) -> float:
-            if cuda:
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            for g in mats:
-                m = g.to(torch.float32, copy=True)
-                p = orthonormalize(m @ orthonormalize(qs[(*m.shape, rank)]))
-                g.new_empty(g.shape).copy_(p @ (m.T @ p).T)
-            if cuda:
-                torch.cuda.synchronize()
-            return time.perf_counter() - start
-
-        lo, hi = [], []
-        for _ in range(3):  # interleaved, so a busy moment does not bend the fit
-            lo.append(once(self.r_min))
-            hi.append(once(timing_rank(self.r_min)))
+        lo, hi = time_compression(mats, (self.r_min, timing_rank(self.r_min)), shared_seed(self.seed, index))
         self.shapes[index] = [(g.shape[0], g.shape[1]) for g in mats]
-        self.compress_seconds[index] = (min(lo), min(hi))
+        self.compress_seconds[index] = (lo, hi)
 
     def _end_iteration(self, group: dist.ProcessGroup, device: torch.device) -> None:
         """Counts the iteration; at a window's end agrees on the window's
@@ -337,16 +246,11 @@ class EDGCState:
 
     def _step_overhead(self, world: int) -> float | None:
         """This rank's measure of what a compressed step costs beyond the
-        model: the median over the kept compressed steps of (step - median
-        raw step) - (model at its rank - model raw). None without both kinds
-        of steps or a measured r_max."""
-        if not (self._r_max_measured and self.link is not None and self._raw_spans and self._spans):
+        model (StepTimes.overhead); None before it can say, or with r_max
+        given."""
+        if not (self._r_max_measured and self.link is not None):
             return None
-        shapes, model = self._model(world)
-        raw = statistics.median(self._raw_spans)
-        model_raw = exchange_seconds(shapes, 0, **model)
-        return statistics.median((s - raw) - (exchange_seconds(shapes, r, **model) - model_raw)
-                                 for r, s in self._spans)
+        return self.steps.overhead(*self._model(world))
 
     def _calibrate(self, world: int, overhead_s: float) -> None:
         """r_max from the model plus the group's mean measured overhead, no
@@ -372,132 +276,9 @@ class EDGCState:
         if q is not None and q.shape[0] == cols and q.shape[1] >= r:
             return q[:, :r]
         have = 0 if q is None or q.shape[0] != cols else q.shape[1]
-        gen = torch.Generator().manual_seed(_seed(self.seed, self.iter, index, j))
+        gen = torch.Generator().manual_seed(shared_seed(self.seed, self.iter, index, j))
         new = torch.randn(cols, r - have, generator=gen).to(device)
         return new if have == 0 else torch.cat([q, new], dim=1)
-
-
-def timing_rank(r_min: int) -> int:
-    """The second rank EDGCState times its compression at: far enough from
-    r_min for the difference to stand out of the timing's noise."""
-    return max(2 * r_min, 64)
-
-
-def fit_compression_time(r_lo: int, seconds_lo: float, r_hi: int, seconds_hi: float) -> tuple[float, float]:
-    """(b, k) of T_c(r) = b + k r through two timings, neither negative: a
-    k of 0 where the timing at r_hi came out no slower."""
-    k = max(0.0, (seconds_hi - seconds_lo) / (r_hi - r_lo))
-    return max(0.0, seconds_lo - k * r_lo), k
-
-
-def _allreduce_mean(buffer: torch.Tensor, group: dist.ProcessGroup, world: int) -> torch.futures.Future[torch.Tensor]:
-    fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0].div_(world))
-
-
-def _compress(state: EDGCState, group: dist.ProcessGroup, world: int, index: int, buffer: torch.Tensor,
-              grads: list[torch.Tensor], rank: int) -> torch.futures.Future[torch.Tensor]:
-    """Phase one (plain all-reduce, P all-reduce) now; phase two (Q
-    all-reduce, decompression) left in state._pending."""
-    errors = state.errors.setdefault(index, {})
-    qs = state.qs.setdefault(index, {})
-    plain: list[torch.Tensor] = []
-    mats: list[tuple[int, torch.Tensor, int]] = []
-    for j, g in enumerate(grads):
-        if g.dim() >= 2:
-            n, m = g.shape[0], g.numel() // g.shape[0]
-            r = min(n, m, rank)
-            if (n + m) * r * state.min_compression_rate < n * m:
-                mats.append((j, g, r))
-                continue
-        # A matrix compressed before and not now: its residual goes in exactly.
-        e = errors.pop(j, None)
-        qs.pop(j, None)
-        if e is not None and e.numel() == g.numel():
-            g.view(-1).add_(e.view(-1).to(g.dtype))
-        plain.append(g)
-    elem = buffer.element_size()
-    state.bytes_in += buffer.numel() * elem
-    plain_fut = None
-    if plain:
-        flat = torch.cat([g.reshape(-1) for g in plain])
-        state.bytes_out += flat.numel() * elem
-        plain_fut = dist.all_reduce(flat, group=group, async_op=True).get_future()
-    ms, qmats = [], []
-    for j, g, r in mats:
-        m = g.reshape(g.shape[0], -1).to(torch.float32, copy=True)
-        e = errors.get(j)
-        if e is not None and e.shape == m.shape:
-            m += e
-        ms.append(m)
-        qmats.append(orthonormalize(state._q_for(index, j, m.shape[1], r, m.device)))
-    p_fut = None
-    if mats:
-        pflat = torch.cat([(m @ q).reshape(-1) for m, q in zip(ms, qmats)])
-        state.bytes_out += pflat.numel() * 4 + sum(q.numel() for q in qmats) * 4  # P now, Q in phase two
-        p_fut = dist.all_reduce(pflat, group=group, async_op=True).get_future()
-    out: torch.futures.Future[torch.Tensor] = (
-        torch.futures.Future(devices=[buffer.device]) if buffer.device.type == "cuda" else torch.futures.Future())
-    ps: list[torch.Tensor] = []  # the orthonormalised P matrices, from phase two
-
-    def decompress(fut: torch.futures.Future[list[torch.Tensor]]) -> None:
-        try:
-            qflat = fut.value()[0].div_(world)
-            off = 0
-            for (j, g, r), p in zip(mats, ps):
-                cols = g.numel() // g.shape[0]
-                q = qflat[off:off + cols * r].view(cols, r)
-                off += q.numel()
-                mhat = p @ q.T
-                g.copy_(mhat.view_as(g))
-                if g.dtype != torch.float32:  # the rounding too: it is the same on every rank
-                    errors[j] += mhat - g.reshape(mhat.shape).float()
-                qs[j] = q.clone()
-            out.set_result(buffer)
-        except BaseException as exc:
-            out.set_exception(exc)
-
-    def phase_two() -> None:
-        try:
-            if plain_fut is not None:
-                avg = plain_fut.wait()[0].div_(world)
-                off = 0
-                for g in plain:
-                    g.copy_(avg[off:off + g.numel()].view_as(g))
-                    off += g.numel()
-            if p_fut is None:
-                out.set_result(buffer)
-                return
-            pflat = p_fut.wait()[0]
-            off = 0
-            for m, q in zip(ms, qmats):
-                ps.append(orthonormalize(pflat[off:off + m.shape[0] * q.shape[1]].view(m.shape[0], q.shape[1])))
-                off += m.shape[0] * q.shape[1]
-            qlocal = [m.T @ p for m, p in zip(ms, ps)]
-            # The local residual (I - P P^T) M, as in PowerSGD's paper: the
-            # part of M outside the agreed subspace. (torch's hook keeps
-            # M - P P^T mean(M), which adds each rank's deviation from the
-            # mean, a zero-mean random walk that grows without bound.)
-            for (j, _, _), m, p, q in zip(mats, ms, ps, qlocal):
-                errors[j] = m - p @ q.T
-            qflat = torch.cat([q.reshape(-1) for q in qlocal])
-            dist.all_reduce(qflat, group=group, async_op=True).get_future().then(decompress)
-        except BaseException as exc:
-            out.set_exception(exc)
-            raise
-
-    state._pending = phase_two
-    return out
-
-
-def _fold_residuals(state: EDGCState, index: int, grads: list[torch.Tensor]) -> None:
-    """Compression stopped (r_max fell below r_min): the bucket's residuals
-    go into its first raw all-reduce, so no gradient is lost."""
-    errors = state.errors.pop(index, None)
-    state.qs.pop(index, None)
-    for j, e in (errors or {}).items():
-        if j < len(grads) and e.numel() == grads[j].numel():
-            grads[j].view(-1).add_(e.view(-1).to(grads[j].dtype))
 
 
 def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -505,8 +286,8 @@ def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future
     then EDGC's low-rank compression at the state's current rank. Register
     with ``ddp.register_comm_hook(state, edgc_hook)``."""
     state._flush()
-    if state._span is None or state._span[1] != state.iter:
-        state._start_step()
+    if state.steps.open is None or state.steps.open[1] != state.iter:
+        state.steps.start(state.iter, state.rank)
     group = state.process_group if state.process_group is not None else distributed_c10d._get_default_group()
     world = dist.get_world_size(group)
     buffer = bucket.buffer()
@@ -515,13 +296,13 @@ def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future
     state._observe(index, buffer, grads)
     rank = state.rank
     if rank is None:
-        _fold_residuals(state, index, grads)
+        fold_residuals(state, index, grads)
         state.bytes_in += buffer.numel() * buffer.element_size()
         state.bytes_out += buffer.numel() * buffer.element_size()
-        fut = _allreduce_mean(buffer, group, world)
+        fut = allreduce_mean(buffer, group, world)
     else:
-        fut = _compress(state, group, world, index, buffer, grads, rank)
-    fut.add_done_callback(state._done)
+        fut = compress(state, group, world, index, buffer, grads, rank)
+    fut.add_done_callback(state.steps.done)
     if bucket.is_last():
         state._flush()
         state._end_iteration(group, buffer.device)
