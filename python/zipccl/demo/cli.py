@@ -41,8 +41,9 @@ bound by the collectives' latency more than by bytes. 8 heads instead of
 alternating in one launch on zipccl groups: plain DDP, PowerSGD at fixed
 ranks (--psgd-rank, default 24 and 96) and zipccl.hooks' EDGC (r_min 4,
 r_max None: from the link zipccl measured, the hook's own compression
-time, and its measured steps; windows of 5 steps, entropy sampled every step: the paper's 1000
-and 1/alpha = 10 would leave no window to act in 100 steps). The
+time, and its measured steps; windows of 5 steps, entropy sampled every
+step: the paper's 1000 and 1/alpha = 10 would leave no window to act in
+100 steps). The
 fixed-rank runs are EDGCState with r_min = r_max, not torch's powerSGD_hook,
 which fails on CPU tensors (see DP_HOOK_LAUNCHES), so they share EDGC's
 start rule: compression from the first window after warm-up whose

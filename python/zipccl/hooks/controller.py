@@ -134,10 +134,9 @@ def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: floa
     calls' fixed cost), k per element. step_overhead_s is added to every
     compressed step's side: what a compressed step was measured to cost
     beyond this model (EDGCState's calibration; it may be negative). shapes
-    are the gradient's
-    matrices; grad_bytes and factor_bytes the element sizes of the raw
-    gradient and of the factors (this hook sends float32 factors). 0 when
-    no rank pays.
+    are the gradient's matrices; grad_bytes and factor_bytes the element
+    sizes of the raw gradient and of the factors (this hook sends float32
+    factors). 0 when no rank pays.
 
     (Counting every matrix as compressed at every rank, as this did before,
     put r_max past the rank from which the demo sends every matrix raw, and
