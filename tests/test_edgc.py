@@ -213,6 +213,33 @@ def test_fit_compression_time():
     assert timing_rank(4) == 64 and timing_rank(48) == 96
 
 
+def test_step_times_file_and_overhead():
+    from zipccl.hooks.costs import SPANS_KEPT, StepTimes
+
+    st = StepTimes()
+    assert st.overhead([(256, 256)], {}) is None
+
+    def step(it, rank, seconds):
+        st.start(it, rank)
+        st.done_at = st.open[0] + seconds  # as if its last future completed then
+
+    for it in range(5):
+        step(it, None, 1.0 + it)  # iterations 0 and 1 are not filed (DDP's bucket rebuild)
+    step(5, 16, 0.5)
+    step(6, None, 9.0)  # raw again once compressing (stopped): not a warm-up reference
+    step(7, 8, 0.25)
+    st.start(8, 8)
+    assert st.raw == [3.0, 4.0, 5.0] and st.compressed == [(16, 0.5), (8, 0.25)], (st.raw, st.compressed)
+    model = dict(world_size=4, latency_s=1e-4, bytes_per_s=12e6, compress_s_per_rank=1e-3, compress_s_fixed=0.01)
+    shapes = [(256, 256), (512, 128)]
+    raw = hooks.exchange_seconds(shapes, 0, **model)
+    want = sorted((s - 4.0) - (hooks.exchange_seconds(shapes, r, **model) - raw) for r, s in [(16, 0.5), (8, 0.25)])
+    assert st.overhead(shapes, model) == pytest.approx(sum(want) / 2)
+    for it in range(9, 9 + 2 * SPANS_KEPT):
+        step(it, 8, 0.1)
+    assert len(st.compressed) == SPANS_KEPT
+
+
 def test_window_clamps_and_warmup():
     rng = random.Random(0)
     for trial in range(20):
