@@ -12,8 +12,8 @@ Agreement. The rank changes only at a window's end, from the window's mean
 entropy all-reduced over the group (one small all-reduce per window), so
 every rank computes the same rank from the same numbers.
 
-Measured steps. With a measured r_max the hook times its own steps
-(costs.py: how, and why), and at each window's end lowers r_max to
+Measured steps. With a measured r_max the hook times its own steps on CPU
+tensors (costs.py: how, and why), and at each window's end lowers r_max to
 max_rank's with the group's mean measured overhead on every compressed
 step; never above the first estimate. Below r_min, compression (and the
 entropy sampling) stops for the rest of the run, with a warning, and the
@@ -286,11 +286,14 @@ def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future
     then EDGC's low-rank compression at the state's current rank. Register
     with ``ddp.register_comm_hook(state, edgc_hook)``."""
     state._flush()
-    if state.steps.open is None or state.steps.open[1] != state.iter:
+    buffer = bucket.buffer()
+    # A CUDA future can complete before the device work does: the step
+    # times, and so the correction, are for CPU tensors only.
+    timed = buffer.device.type == "cpu"
+    if timed and (state.steps.open is None or state.steps.open[1] != state.iter):
         state.steps.start(state.iter, state.rank)
     group = state.process_group if state.process_group is not None else distributed_c10d._get_default_group()
     world = dist.get_world_size(group)
-    buffer = bucket.buffer()
     index = bucket.index()
     grads = bucket.gradients()
     state._observe(index, buffer, grads)
@@ -302,7 +305,8 @@ def edgc_hook(state: EDGCState, bucket: dist.GradBucket) -> torch.futures.Future
         fut = allreduce_mean(buffer, group, world)
     else:
         fut = compress(state, group, world, index, buffer, grads, rank)
-    fut.add_done_callback(state.steps.done)
+    if timed:
+        fut.add_done_callback(state.steps.done)
     if bucket.is_last():
         state._flush()
         state._end_iteration(group, buffer.device)
