@@ -9,9 +9,10 @@ the cores), and on a fast link that rest decides: at 1 Gbit/s on 2 cores
 the model allowed rank 67 where no rank paid (benchmarks/RESULTS.md (m5)).
 A step is timed from the first bucket's hook call to the last future's
 completion (the part of a step the exchange can lengthen), on CPU
-tensors only: a CUDA future can complete before its device work. The overhead
-is the median, over the latest compressed steps, of (their time - the
-median warm-up step's) - (the model's time at their rank - its raw time).
+tensors only: a CUDA future can complete before its device work. The
+overhead is the median, over the latest compressed steps, of (their time -
+the median warm-up step's) - (the model's time at their rank - its raw
+time).
 """
 
 from __future__ import annotations
