@@ -447,7 +447,7 @@ def _print_dp_hook_results(runs: dict[str, dict[str, dict[str, Any]]], netns: bo
                   + (" < r_min: compression stopped" if link["r_max_measured"] < EDGC_R_MIN else ""))
     elif edgc:
         print("EDGC r_max: not set (no window ended with a timed compression)")
-    r_max = edgc.get("link", {}).get("r_max") if edgc.get("link") else None
+    r_max = (edgc.get("link") or {}).get("r_max")
     for w in edgc.get("windows", []):
         rank = "uncompressed" if w["rank"] is None else f"rank {w['rank']}"
         moved = f" (r_max now {w['r_max']}, from the measured steps)" if w.get("r_max") != r_max else ""

@@ -186,6 +186,7 @@ def max_rank(shapes: Sequence[tuple[int, int]], world_size: int, latency_s: floa
         r = end + 1
     return max(0, min(best, max(min(s) for s in shapes)))
 
+
 def exchange_seconds(shapes: Sequence[tuple[int, int]], r: int, world_size: int, latency_s: float,
                      bytes_per_s: float, compress_s_per_rank: float, grad_bytes: int = 4, factor_bytes: int = 4,
                      min_compression_rate: float = 2.0, compress_s_fixed: float = 0.0) -> float:

@@ -56,7 +56,8 @@ class EDGCState:
             (a fixed part and a part per unit of rank); set at the first
             window's end, the same on every rank, and lowered at later
             windows' ends when compressed steps cost more than the model
-            says (costs.py; state.link holds what it used). With another backend r_max must be given.
+            says (costs.py; state.link holds what it used). With another
+            backend r_max must be given.
         window: iterations per window; the rank changes only at a window's
             end (paper: 1000).
         warmup_fraction, total_iterations: no compression before
@@ -123,7 +124,6 @@ class EDGCState:
         self._entropy_sum = 0.0
         self._entropy_weight = 0.0
         self._pending: Callable[[], None] | None = None
-        self._r_max_measured = r_max is None
         self.steps = StepTimes()
 
     @property
@@ -247,8 +247,8 @@ class EDGCState:
     def _step_overhead(self, world: int) -> float | None:
         """This rank's measure of what a compressed step costs beyond the
         model (StepTimes.overhead); None before it can say, or with r_max
-        given."""
-        if not (self._r_max_measured and self.link is not None):
+        given (state.link is set only when r_max is measured)."""
+        if self.link is None:
             return None
         return self.steps.overhead(*self._model(world))
 
