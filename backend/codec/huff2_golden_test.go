@@ -50,6 +50,7 @@ func huff2Cases() []huff2Case {
 		{"fp32_f16in32", f32, "f16in32:118", 10, b + 3},
 		{"e4m3_gauss", dtype.Float8E4M3FN, "gauss:7", 11, 5000},
 		{"e5m2_sparse", dtype.Float8E5M2, "sparse:14", 12, 700},
+		{"fp16_tails", f16, "f16tails:14", 13, b + 777},
 	}
 }
 
@@ -59,6 +60,19 @@ func huff2Input(c huff2Case) []byte {
 		src := cudaGenerate(c.dt, "gauss:"+arg, c.n, c.seed)
 		for i := 0; i < c.n; i++ {
 			binary.LittleEndian.PutUint32(src[4*i:], binary.LittleEndian.Uint32(src[4*i:])&^0x1fff)
+		}
+		return src
+	}
+	if _, err := fmt.Sscanf(c.dist, "f16tails:%s", &arg); err == nil {
+		// about one element in 100 gets a random finite exponent: wide,
+		// sparse tails that the encoder sends through the escape
+		src := cudaGenerate(c.dt, "gauss:"+arg, c.n, c.seed)
+		r := cudaSplitmix{c.seed * 104729}
+		for i := 0; i < c.n; i++ {
+			if x := r.next(); x%100 == 0 {
+				v := binary.LittleEndian.Uint16(src[2*i:])&^0x7c00 | uint16(x>>8%31)<<10
+				binary.LittleEndian.PutUint16(src[2*i:], v)
+			}
 		}
 		return src
 	}
@@ -126,26 +140,30 @@ func TestHuff2GoldenUpToDate(t *testing.T) {
 // decoder and the codec's and compares both with the regenerated input.
 func TestHuff2GoldenDecode(t *testing.T) {
 	g := readGolden(t, huff2GoldenPath, "ZCH2GLD1\n")
-	coded := 0
+	var total refStats
 	for _, c := range huff2Cases() {
 		frame := g[c.name+"/frame"]
 		src := huff2Input(c)
-		ref, planes, err := refDecodeHuff2(frame)
+		ref, st, err := refDecodeHuff2(frame)
 		if err != nil {
 			t.Fatalf("%s: reference decoder: %v", c.name, err)
 		}
 		if !bytes.Equal(ref, src) {
 			t.Fatalf("%s: reference decoder output differs from the input", c.name)
 		}
-		coded += planes
+		total.codedResidue += st.codedResidue
+		total.escapes += st.escapes
 		out := make([]byte, len(src))
 		var d Decoder
 		if _, err := d.Decode(out, frame); err != nil || !bytes.Equal(out, src) {
 			t.Fatalf("%s: codec decoder: %v", c.name, err)
 		}
 	}
-	if coded == 0 {
+	if total.codedResidue == 0 {
 		t.Fatal("no golden frame has a Huffman-coded residue plane")
+	}
+	if total.escapes == 0 {
+		t.Fatal("no golden frame has an escaped symbol")
 	}
 }
 
@@ -165,22 +183,23 @@ func (r *refBits) bit() (uint32, error) {
 }
 
 // refRecord decodes one huff record (FORMAT.md 4.2) of n symbols; it
-// returns the symbols, the record length and whether it was Huffman-coded.
-func refRecord(src []byte, n int) ([]byte, int, bool, error) {
+// returns the symbols, the record length, whether it was Huffman-coded and
+// how many symbols were escaped.
+func refRecord(src []byte, n int) ([]byte, int, bool, int, error) {
 	if len(src) < 1 {
-		return nil, 0, false, errors.New("empty record")
+		return nil, 0, false, 0, errors.New("empty record")
 	}
 	switch src[0] {
 	case 0:
 		if len(src) < 1+n {
-			return nil, 0, false, errors.New("short raw record")
+			return nil, 0, false, 0, errors.New("short raw record")
 		}
-		return append([]byte{}, src[1:1+n]...), 1 + n, false, nil
+		return append([]byte{}, src[1:1+n]...), 1 + n, false, 0, nil
 	case 2:
-		return bytes.Repeat(src[1:2], n), 2, false, nil
+		return bytes.Repeat(src[1:2], n), 2, false, 0, nil
 	case 1:
 	default:
-		return nil, 0, false, fmt.Errorf("mode %d", src[0])
+		return nil, 0, false, 0, fmt.Errorf("mode %d", src[0])
 	}
 	lo, nwin := int(src[1]), int(src[2])+1
 	lens := make([]int, nwin+1) // index nwin: the escape
@@ -213,6 +232,7 @@ func refRecord(src []byte, n int) ([]byte, int, bool, error) {
 	}
 	p += 16
 	out := make([]byte, 0, n)
+	escapes := 0
 	for k := 0; k < 4; k++ {
 		r := refBits{b: src[p : p+sl[k]]}
 		for cnt := (k+1)*n/4 - k*n/4; cnt > 0; cnt-- {
@@ -220,7 +240,7 @@ func refRecord(src []byte, n int) ([]byte, int, bool, error) {
 			for {
 				b, err := r.bit()
 				if err != nil {
-					return nil, 0, false, err
+					return nil, 0, false, 0, err
 				}
 				c, l = c<<1|int(b), l+1
 				if i, ok := codeOf[key{l, c}]; ok {
@@ -231,32 +251,41 @@ func refRecord(src []byte, n int) ([]byte, int, bool, error) {
 						for j := 0; j < 8; j++ {
 							b, err := r.bit()
 							if err != nil {
-								return nil, 0, false, err
+								return nil, 0, false, 0, err
 							}
 							s |= b << j
 						}
 						out = append(out, byte(s))
+						escapes++
 					}
 					break
 				}
 				if l > 11 {
-					return nil, 0, false, errors.New("no such code")
+					return nil, 0, false, 0, errors.New("no such code")
 				}
 			}
 		}
 		if (r.pos+7)/8 != sl[k] {
-			return nil, 0, false, fmt.Errorf("stream %d: %d bits used of %d bytes", k, r.pos, sl[k])
+			return nil, 0, false, 0, fmt.Errorf("stream %d: %d bits used of %d bytes", k, r.pos, sl[k])
 		}
 		p += sl[k]
 	}
-	return out, p, true, nil
+	return out, p, true, escapes, nil
 }
 
-// refDecodeHuff2 decodes a huff2 frame; it returns the tensor bytes and the
-// number of Huffman-coded residue planes.
-func refDecodeHuff2(frame []byte) ([]byte, int, error) {
+// refStats counts what a reference decode went through, so that the golden
+// test can require every path to be covered.
+type refStats struct {
+	codedResidue int // Huffman-coded planes past plane 0
+	escapes      int // escaped symbols
+}
+
+// refDecodeHuff2 decodes a huff2 frame; it returns the tensor bytes and
+// what the decode went through.
+func refDecodeHuff2(frame []byte) ([]byte, refStats, error) {
+	var st refStats
 	if string(frame[:4]) != "ZCCF" || frame[4] != 1 || frame[5] != 3 || frame[7] != 16 {
-		return nil, 0, errors.New("not a huff2 frame")
+		return nil, st, errors.New("not a huff2 frame")
 	}
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	dt := dtype.DType(frame[6])
@@ -271,18 +300,18 @@ func refDecodeHuff2(frame []byte) ([]byte, int, error) {
 	}
 	size := dt.Size()
 	out := make([]byte, 0, numel*size)
-	coded := 0
 	for blk := 0; blk < nblocks; blk++ {
 		n := min(B, numel-blk*B)
 		pl := make([][]byte, nplanes)
 		for i := range pl {
-			s, used, huffman, err := refRecord(dyn, n)
+			s, used, huffman, esc, err := refRecord(dyn, n)
 			if err != nil {
-				return nil, 0, fmt.Errorf("block %d plane %d: %w", blk, i, err)
+				return nil, st, fmt.Errorf("block %d plane %d: %w", blk, i, err)
 			}
 			if huffman && i > 0 {
-				coded++
+				st.codedResidue++
 			}
+			st.escapes += esc
 			pl[i], dyn = s, dyn[used:]
 		}
 		start := len(out)
@@ -300,8 +329,8 @@ func refDecodeHuff2(frame []byte) ([]byte, int, error) {
 			}
 		}
 		if crc32.Checksum(out[start:], castagnoli) != binary.LittleEndian.Uint32(index[16*blk:]) {
-			return nil, 0, fmt.Errorf("block %d: crc", blk)
+			return nil, st, fmt.Errorf("block %d: crc", blk)
 		}
 	}
-	return out, coded, nil
+	return out, st, nil
 }

@@ -16,7 +16,9 @@ type Encoder struct {
 	have  bool
 	bs    buildScratch
 	nlens [257]uint8
-	exact bool // the current table is an exact one (AppendExact): no escape
+	ecnt  [257]uint32 // exactTable's escape window: counts and lengths
+	elens [257]uint8
+	exact bool // the current table is an exact one (AppendExact): every symbol coded
 }
 
 // sampleStride: every sampleStride-th symbol feeds the table histogram.

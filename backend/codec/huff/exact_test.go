@@ -133,6 +133,7 @@ func TestLimitedLengths(t *testing.T) {
 func FuzzExactRoundTrip(f *testing.F) {
 	f.Add(gaussExp(500, 1, 1), uint8(0))
 	f.Add(geometric(3000, 0.7, 1), uint8(13))
+	f.Add(sparseTails(8192, 1), uint8(0)) // escaped tails (escapeWindow)
 	f.Fuzz(func(t *testing.T, syms []byte, gain uint8) {
 		if len(syms) == 0 {
 			return
@@ -143,4 +144,80 @@ func FuzzExactRoundTrip(f *testing.F) {
 		// the encoder keeps its table across blocks: a second block too
 		rtExact(t, &e, &d, syms[len(syms)/2:], int(gain))
 	})
+}
+
+// sparseTails: symbols of a narrow core (100..140, a binomial spread) and,
+// one in every 300, a rare symbol anywhere in 10..99 or 141..200: wide
+// tails like the float16 exponents of activations.
+func sparseTails(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 11))
+	b := make([]byte, n)
+	for i := range b {
+		if r.IntN(300) == 0 {
+			s := 10 + r.IntN(150)
+			if s >= 100 {
+				s += 41
+			}
+			b[i] = byte(s)
+			continue
+		}
+		s := 100
+		for range 40 {
+			s += r.IntN(2)
+		}
+		b[i] = byte(s)
+	}
+	return b
+}
+
+// noEscapeBytes is a lower bound of the length of the record coding syms
+// with the exact window and no escape: its table plus its optimal
+// lengths' bits, rounded down.
+func noEscapeBytes(syms []byte) int {
+	var h [256]uint32
+	histogram(&h, syms)
+	lo, hi := 255, 0
+	for s, c := range h {
+		if c > 0 {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+	}
+	lens := make([]uint8, hi-lo+1)
+	var bs buildScratch
+	limitedLengths(h[lo:hi+1], lens, MaxCodeLen, &bs)
+	var bits uint64
+	for i, l := range lens {
+		bits += uint64(h[lo+i]) * uint64(l)
+	}
+	return 1 + 2 + (hi-lo+2)/2 + streamHdr + int(bits/8)
+}
+
+// TestExactEscapeWindow: wide tails of rare symbols go through the escape
+// when that is smaller than the exact window (and the record decodes to
+// the symbols), and a plain exponent distribution keeps its exact window.
+func TestExactEscapeWindow(t *testing.T) {
+	var d Decoder
+	for seed := uint64(1); seed <= 20; seed++ {
+		var e Encoder
+		syms := sparseTails(65536, seed)
+		rec := rtExact(t, &e, &d, syms, 0)
+		var tb table
+		if _, err := parseTable(rec[1:], &tb); err != nil || rec[0] != ModeHuff {
+			t.Fatalf("seed %d: mode %d, table: %v", seed, rec[0], err)
+		}
+		if tb.lens[escSym] == 0 || tb.lens[escSym] > MaxEscLen {
+			t.Fatalf("seed %d: escape length %d", seed, tb.lens[escSym])
+		}
+		if bound := noEscapeBytes(syms); len(rec) >= bound {
+			t.Fatalf("seed %d: %d bytes with the escape, the exact window needs at least %d", seed, len(rec), bound)
+		}
+		// the next block keeps the table: its escaped symbols still decode
+		rtExact(t, &e, &d, sparseTails(65536, seed+100), 0)
+	}
+	var e Encoder
+	rec := rtExact(t, &e, &d, gaussExp(65536, 0.02, 4), 0)
+	var tb table
+	if _, err := parseTable(rec[1:], &tb); err != nil || tb.lens[escSym] != 0 {
+		t.Fatalf("Gaussian exponents: escape length %d (%v)", tb.lens[escSym], err)
+	}
 }
