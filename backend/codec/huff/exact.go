@@ -234,7 +234,9 @@ func (e *Encoder) exactTable(lo, hi int) {
 // and returned when it is smaller, its lengths in e.elens (the escape's
 // last, at most MaxEscLen).
 func (e *Encoder) escapeWindow(lo, hi int, oldBits uint64) (int, int, bool) {
-	const minTrim = 8 // fewer slots save too little to try
+	// fewer slots saved at most 100 bits a block on the demo's float16
+	// gradients, for 5 % of their encode time
+	const minTrim = 16
 	var total uint32
 	for _, c := range e.hist[lo : hi+1] {
 		total += c
