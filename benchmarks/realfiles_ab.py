@@ -4,7 +4,7 @@ alternation: DIR/before.N.txt and DIR/after.N.txt, each the output of
     ZIPCCL_BENCH_FILES=... BIN -test.run X -test.bench 'RealFiles/.*/huff2/' -test.v
 
 (BIN a `go test -c ./backend/codec` binary; the files from
-benchmarks/codec_files.py). Prints a markdown table: frame bytes, and
+benchmarks/codec_files.py; `-test.bench` may name encode or decode only). Prints a markdown table: frame bytes, and
 encode and decode MB/s as range (median) per build, with after/before
 medians.
 
@@ -34,7 +34,10 @@ def main(d: str) -> None:
     for n in sorted({k[0] for k in res}):
         row = [n, f"{sizes[(n, 'before')]:,}", f"{sizes[(n, 'after')]:,}"]
         for op in ("encode", "decode"):
-            b, a = res[(n, op, "before")], res[(n, op, "after")]
+            b, a = res.get((n, op, "before")), res.get((n, op, "after"))
+            if not b or not a:  # a run of one op only
+                row += ["-", "-", "-"]
+                continue
             row += [f"{min(b):.0f}-{max(b):.0f} ({st.median(b):.0f})",
                     f"{min(a):.0f}-{max(a):.0f} ({st.median(a):.0f})",
                     f"{st.median(a) / st.median(b):.2f}x"]

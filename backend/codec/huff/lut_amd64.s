@@ -29,8 +29,10 @@ GLOBL lutconst<>(SB), RODATA|NOPTR, $44
 // func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16)
 //
 // fillLUT for eight indices v at a time: Y15 v, Y14 8s, Y13 0xff, Y12
-// lutInvalid, Y11 0xffff. Each 4-byte gather reads m[i] and m[i+1] (the
-// spare entry at the end keeps the last one in bounds).
+// lutInvalid, Y11 0xffff. The first code's entries are a plain load (the
+// v are consecutive), the three after it gathers. Each 4-byte gather reads
+// m[i] and m[i+1] (the spare entry at the end keeps the last one in
+// bounds).
 TEXT ·fillLUTAVX2(SB), NOSPLIT, $0-16
 	MOVQ         lut+0(FP), DI
 	MOVQ         m+8(FP), SI
@@ -41,10 +43,14 @@ TEXT ·fillLUTAVX2(SB), NOSPLIT, $0-16
 	VPSRLD       $24, Y11, Y13
 	VPSRLD       $16, Y11, Y11
 	MOVQ         $256, CX
+	MOVQ         SI, BX // m[v]: the eight v of a round are consecutive
 
 loop:
-	GATHER(Y15, Y1, Y2)
-	VPSRLVD  Y2, Y15, Y0 // r = v >> l1
+	VPMOVZXWD (BX), Y1
+	VPSRLD    $8, Y1, Y2
+	VPSUBD    Y2, Y12, Y2
+	ADDQ      $16, BX
+	VPSRLVD   Y2, Y15, Y0 // r = v >> l1
 	GATHER(Y0, Y3, Y4)
 	VPSRLVD  Y4, Y0, Y0
 	GATHER(Y0, Y5, Y6)
