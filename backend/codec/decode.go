@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/zipccl/zipccl/backend/codec/huff"
 	"github.com/zipccl/zipccl/backend/codec/zip3"
@@ -266,10 +267,16 @@ func (p *plan) dynLen(st, dyn []byte, i int) (int, error) {
 	return 0, nil
 }
 
-// decodeParallel is decode on up to threads goroutines, each taking a run
-// of whole blocks: the blocks are independent, and their dynamic offsets
-// are found first from the records' headers. The error reported is the
-// first block's that fails, as one thread would report.
+// decodeParallel is decode on the calling goroutine and threads-1 more,
+// each taking the next run of whole blocks until none is left: the blocks
+// are independent, and their dynamic offsets are found first from the
+// records' headers. Runs are handed out as the goroutines ask, and the
+// caller decodes too, rather than the blocks being split evenly among new
+// goroutines while the caller waits: called from Python, that split often
+// ran no faster than one thread, and some calls several times slower, on
+// a 2-vCPU guest (benchmarks/CODEC.md "Threads called from Python"). The
+// error reported is the first block's that fails, as one thread would
+// report.
 func decodeParallel(dst, st, dyn []byte, p *plan, threads int) error {
 	if err := p.checkFrame(st, dyn); err != nil {
 		return err
@@ -286,21 +293,39 @@ func decodeParallel(dst, st, dyn []byte, p *plan, threads int) error {
 		return err
 	}
 	stream := len(dst) >= decStreamMin
-	errs := make([]error, threads)
-	var wg sync.WaitGroup
-	for t := range threads {
-		i0, i1 := t*p.nblocks/threads, (t+1)*p.nblocks/threads
-		wg.Go(func() {
-			d := decPool.Get().(*Decoder)
-			defer decPool.Put(d)
-			d.z.Stream = stream
+	// one run a thread: a caller that finishes its run before a helper
+	// has started takes the helper's too. Four runs a thread balanced a
+	// late start better on the demo's tensors (0.53 against 0.60 ms, float16
+	// weights) but made fresh 45 MB outputs decode at one thread's speed or
+	// slower at the median in some processes (page faults from two threads
+	// taking turns across the output; benchmarks/CODEC.md)
+	const runsPerThread = 1
+	run := max(1, max(decodeThreadElems, p.numel/(runsPerThread*threads))>>p.blockLog)
+	nruns := (p.nblocks + run - 1) / run
+	errs := make([]error, nruns)
+	var next atomic.Int64
+	work := func() {
+		d := decPool.Get().(*Decoder)
+		defer decPool.Put(d)
+		d.z.Stream = stream
+		for {
+			r := int(next.Add(1)) - 1
+			if r >= nruns {
+				return
+			}
+			i0, i1 := r*run, min((r+1)*run, p.nblocks)
 			off, err := d.decodeBlocks(dst, st, dyn[:offs[i1]], p, i0, i1, offs[i0])
 			if err == nil && off != offs[i1] {
 				err = fmt.Errorf("%w: blocks %d..%d used %d dynamic bytes, their headers say %d", ErrCorrupt, i0, i1-1, off-offs[i0], offs[i1]-offs[i0])
 			}
-			errs[t] = err
-		})
+			errs[r] = err
+		}
 	}
+	var wg sync.WaitGroup
+	for range threads - 1 {
+		wg.Go(work)
+	}
+	work()
 	wg.Wait()
 	return firstErr(errs)
 }

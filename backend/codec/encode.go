@@ -117,10 +117,10 @@ func (e *Encoder) finish(dst, src []byte, start int, p *plan) []byte {
 	return dst
 }
 
-// EncodeThreads is Encode on up to threads goroutines, each coding a run
-// of whole segments (segmentElems elements; the Huffman coders start a new
-// table at each, whatever the thread count), into the same frame as one
-// thread writes. Tensors below two segments are coded on one thread, but
+// EncodeThreads is Encode on the calling goroutine and up to threads-1
+// more, each coding runs of whole segments (segmentElems elements; the
+// Huffman coders start a new table at each, whatever the thread count),
+// into the same frame as one thread writes. Tensors below two segments are coded on one thread, but
 // for bf16 and fp16 huff2 with threads >= 2: two goroutines then share each
 // block's work (encodeHuff2TwoStage). Safe for concurrent use.
 func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte, Kind, error) {
@@ -142,40 +142,49 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 	start := len(dst)
 	dst = grow(dst, encodeWant(&p))[:start+HeaderLen+p.staticLen]
 	st := dst[start+HeaderLen:]
-	bounds := make([]int, threads+1) // block bounds of the threads' runs
-	for t := range bounds {
-		bounds[t] = min(p.nblocks, (t*nseg/threads*segmentElems)>>p.blockLog)
+	// runs of whole segments, handed out as the goroutines ask, the caller
+	// coding too (decodeParallel says why)
+	nruns := min(nseg, encodeRunsPerThread*threads)
+	bounds := make([]int, nruns+1) // block bounds of the runs
+	for r := range bounds {
+		bounds[r] = min(p.nblocks, (r*nseg/nruns*segmentElems)>>p.blockLog)
 	}
-	// thread 0 appends after the static part in place; the others into
-	// their own buffers, copied after it in order
+	// run 0 appends after the static part in place; the others into
+	// pooled buffers, copied after it in order
 	clear(st[:p.indexLen])
-	dyns := make([][]byte, threads)
-	bufs := make([]*[]byte, threads) // the pooled buffers of threads 1..
-	var wg sync.WaitGroup
-	for t := range threads {
-		wg.Go(func() {
-			et := e
-			if t > 0 {
-				et = encPool.Get().(*Encoder)
-				defer encPool.Put(et)
-				bufs[t] = dynPool.Get().(*[]byte)
-				dyns[t] = (*bufs[t])[:0]
-				defer func() { *bufs[t] = dyns[t][:0] }() // keep what it grew to
-			} else {
-				dyns[t] = dst[len(dst):len(dst)]
+	dyns := make([][]byte, nruns)
+	bufs := make([]*[]byte, nruns) // the pooled buffers of runs 1..
+	var next atomic.Int64
+	work := func(et *Encoder) {
+		for {
+			r := int(next.Add(1)) - 1
+			if r >= nruns {
+				return
 			}
-			dyns[t] = et.encodeBlocks(st, dyns[t], src, &p, bounds[t], bounds[t+1], true)
+			if r == 0 {
+				dyns[r] = dst[len(dst):len(dst)]
+			} else {
+				bufs[r] = dynPool.Get().(*[]byte)
+				dyns[r] = (*bufs[r])[:0]
+			}
+			dyns[r] = et.encodeBlocks(st, dyns[r], src, &p, bounds[r], bounds[r+1], true)
+		}
+	}
+	var wg sync.WaitGroup
+	for range threads - 1 {
+		wg.Go(func() {
+			et := encPool.Get().(*Encoder)
+			defer encPool.Put(et)
+			work(et)
 		})
 	}
+	work(e)
 	wg.Wait()
 	dst = appendMaybeInPlace(dst, dyns[0])
-	for _, d := range dyns[1:] {
+	for r, d := range dyns[1:] {
 		dst = append(dst, d...)
-	}
-	for _, b := range bufs {
-		if b != nil {
-			dynPool.Put(b)
-		}
+		*bufs[r+1] = d[:0] // keep what it grew to
+		dynPool.Put(bufs[r+1])
 	}
 	e.kind = p.kind
 	return e.finish(dst, src, start, &p), e.kind, nil
@@ -190,9 +199,13 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 // A variable for the tests.
 var segmentElems = 1 << 22
 
-// dynPool holds the buffers that EncodeThreads's threads but the first
-// code into, reused across calls rather than allocated (and zeroed) for
-// each.
+// encodeRunsPerThread: EncodeThreads cuts a tensor into up to this many
+// runs of segments per thread, so that a helper that starts late leaves
+// little for the others to wait on.
+const encodeRunsPerThread = 4
+
+// dynPool holds the buffers that EncodeThreads's runs but the first code
+// into, reused across calls rather than allocated (and zeroed) for each.
 var dynPool = sync.Pool{New: func() any { return new([]byte) }}
 
 func mustPlan(numel int, dt dtype.DType, k Kind) plan {
