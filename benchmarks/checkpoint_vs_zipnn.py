@@ -93,7 +93,7 @@ def main(src, rounds=3):
             ok = set(got) == set(ref) and all(got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape and torch.equal(got[k].view(-1).view(torch.uint8), ref[k].view(-1).view(torch.uint8)) for k in ref)
             b[3] = f"tensors bit-exact: {ok}; file identical: {sha(o) == sha(src)}"
     print(f"input {src}: {insize} bytes; best of {rounds} alternating rounds, wall clock in-process (fsync included for zipccl)")
-    print(f"| tool | compressed bytes | ratio | compress s (CPU s) | decompress s (CPU s) | check |")
+    print("| tool | compressed bytes | ratio | compress s (CPU s) | decompress s (CPU s) | check |")
     print("|---|---|---|---|---|---|")
     for label, (tc, td, size, chk) in best.items():
         cc, cd = cpu[label]

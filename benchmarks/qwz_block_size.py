@@ -7,7 +7,7 @@ as one flat bfloat16 buffer, as FSDP all-gathers them.
 
     python3 benchmarks/qwz_block_size.py
 """
-import sys, math, numpy as np, torch
+import math, numpy as np, torch
 from zipccl.bench.codec import real_model_file, read_safetensors_floats
 t,_ = read_safetensors_floats(real_model_file())
 x32 = t.to(torch.bfloat16).float().numpy().astype(np.float32)
