@@ -3,8 +3,6 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"github.com/zipccl/zipccl/backend/codec/huff"
 	"github.com/zipccl/zipccl/backend/codec/zip3"
@@ -267,16 +265,15 @@ func (p *plan) dynLen(st, dyn []byte, i int) (int, error) {
 	return 0, nil
 }
 
-// decodeParallel is decode on the calling goroutine and threads-1 more,
-// each taking the next run of whole blocks until none is left: the blocks
-// are independent, and their dynamic offsets are found first from the
-// records' headers. Runs are handed out as the goroutines ask, and the
-// caller decodes too, rather than the blocks being split evenly among new
-// goroutines while the caller waits: called from Python, that split often
-// ran no faster than one thread, and some calls several times slower, on
-// a 2-vCPU guest (benchmarks/CODEC.md "Threads called from Python"). The
-// error reported is the first block's that fails, as one thread would
-// report.
+// decodeParallel is decode on up to threads goroutines, the caller's
+// among them (shareRuns), each taking runs of whole blocks: the blocks are
+// independent, and their dynamic offsets are found first from the records'
+// headers. One run a thread; a caller that finishes its run before a
+// helper has started takes the helper's too. Four runs a thread balanced a
+// late start better on the demo's float16 weights (0.53 against 0.60 ms)
+// but made fresh 45 MB outputs decode at one thread's speed or slower at
+// the median in some processes (benchmarks/CODEC.md). The error
+// reported is the first block's that fails, as one thread would report.
 func decodeParallel(dst, st, dyn []byte, p *plan, threads int) error {
 	if err := p.checkFrame(st, dyn); err != nil {
 		return err
@@ -293,26 +290,14 @@ func decodeParallel(dst, st, dyn []byte, p *plan, threads int) error {
 		return err
 	}
 	stream := len(dst) >= decStreamMin
-	// one run a thread: a caller that finishes its run before a helper
-	// has started takes the helper's too. Four runs a thread balanced a
-	// late start better on the demo's tensors (0.53 against 0.60 ms, float16
-	// weights) but made fresh 45 MB outputs decode at one thread's speed or
-	// slower at the median in some processes (page faults from two threads
-	// taking turns across the output; benchmarks/CODEC.md)
-	const runsPerThread = 1
-	run := max(1, max(decodeThreadElems, p.numel/(runsPerThread*threads))>>p.blockLog)
+	run := max(1, max(decodeThreadElems, p.numel/threads)>>p.blockLog) // blocks
 	nruns := (p.nblocks + run - 1) / run
 	errs := make([]error, nruns)
-	var next atomic.Int64
-	work := func() {
+	shareRuns(threads, nruns, func(_ bool, next func() (int, bool)) {
 		d := decPool.Get().(*Decoder)
 		defer decPool.Put(d)
 		d.z.Stream = stream
-		for {
-			r := int(next.Add(1)) - 1
-			if r >= nruns {
-				return
-			}
+		for r, ok := next(); ok; r, ok = next() {
 			i0, i1 := r*run, min((r+1)*run, p.nblocks)
 			off, err := d.decodeBlocks(dst, st, dyn[:offs[i1]], p, i0, i1, offs[i0])
 			if err == nil && off != offs[i1] {
@@ -320,13 +305,7 @@ func decodeParallel(dst, st, dyn []byte, p *plan, threads int) error {
 			}
 			errs[r] = err
 		}
-	}
-	var wg sync.WaitGroup
-	for range threads - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
+	})
 	return firstErr(errs)
 }
 

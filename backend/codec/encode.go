@@ -117,12 +117,13 @@ func (e *Encoder) finish(dst, src []byte, start int, p *plan) []byte {
 	return dst
 }
 
-// EncodeThreads is Encode on the calling goroutine and up to threads-1
-// more, each coding runs of whole segments (segmentElems elements; the
-// Huffman coders start a new table at each, whatever the thread count),
-// into the same frame as one thread writes. Tensors below two segments are coded on one thread, but
-// for bf16 and fp16 huff2 with threads >= 2: two goroutines then share each
-// block's work (encodeHuff2TwoStage). Safe for concurrent use.
+// EncodeThreads is Encode on up to threads goroutines, the caller's among
+// them (shareRuns), each coding runs of whole segments (segmentElems
+// elements; the Huffman coders start a new table at each, whatever the
+// thread count), into the same frame as one thread writes. Tensors below
+// two segments are coded on one thread, but for bf16 and fp16 huff2 with
+// threads >= 2: two goroutines then share each block's work
+// (encodeHuff2TwoStage). Safe for concurrent use.
 func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte, Kind, error) {
 	e := encPool.Get().(*Encoder)
 	defer encPool.Put(e)
@@ -142,8 +143,7 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 	start := len(dst)
 	dst = grow(dst, encodeWant(&p))[:start+HeaderLen+p.staticLen]
 	st := dst[start+HeaderLen:]
-	// runs of whole segments, handed out as the goroutines ask, the caller
-	// coding too (decodeParallel says why)
+	// runs of whole segments, handed out as the goroutines ask (shareRuns)
 	nruns := min(nseg, encodeRunsPerThread*threads)
 	bounds := make([]int, nruns+1) // block bounds of the runs
 	for r := range bounds {
@@ -154,13 +154,13 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 	clear(st[:p.indexLen])
 	dyns := make([][]byte, nruns)
 	bufs := make([]*[]byte, nruns) // the pooled buffers of runs 1..
-	var next atomic.Int64
-	work := func(et *Encoder) {
-		for {
-			r := int(next.Add(1)) - 1
-			if r >= nruns {
-				return
-			}
+	shareRuns(threads, nruns, func(caller bool, next func() (int, bool)) {
+		et := e
+		if !caller {
+			et = encPool.Get().(*Encoder)
+			defer encPool.Put(et)
+		}
+		for r, ok := next(); ok; r, ok = next() {
 			if r == 0 {
 				dyns[r] = dst[len(dst):len(dst)]
 			} else {
@@ -169,17 +169,7 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 			}
 			dyns[r] = et.encodeBlocks(st, dyns[r], src, &p, bounds[r], bounds[r+1], true)
 		}
-	}
-	var wg sync.WaitGroup
-	for range threads - 1 {
-		wg.Go(func() {
-			et := encPool.Get().(*Encoder)
-			defer encPool.Put(et)
-			work(et)
-		})
-	}
-	work(e)
-	wg.Wait()
+	})
 	dst = appendMaybeInPlace(dst, dyns[0])
 	for r, d := range dyns[1:] {
 		dst = append(dst, d...)

@@ -189,7 +189,7 @@ func noEscapeBytes(syms []byte) int {
 	for i, l := range lens {
 		bits += uint64(h[lo+i]) * uint64(l)
 	}
-	return 1 + 2 + (hi-lo+2)/2 + streamHdr + int(bits/8)
+	return 1 + tableLen(hi-lo+1) + streamHdr + int(bits/8)
 }
 
 // TestExactEscapeWindow: wide tails of rare symbols go through the escape

@@ -113,7 +113,7 @@ func TestStreamKernels(t *testing.T) {
 		tables := []codeTable{e.ct}
 		if n > 1 {
 			e.Reset()
-			e.exactTable(0, 255)
+			e.exactTable(0, 255, uint32(len(s)))
 			tables = append(tables, e.ct)
 		}
 		for _, ct := range tables {

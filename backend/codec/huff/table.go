@@ -90,6 +90,10 @@ func parseTable(src []byte, t *table) (int, error) {
 	return 2 + nb, nil
 }
 
+// tableLen is the serialized length of a table of nwin window symbols:
+// lo, nwin-1, then a 4-bit length per symbol and one for the escape.
+func tableLen(nwin int) int { return 2 + (nwin+2)/2 }
+
 func appendTable(dst []byte, t *table) []byte {
 	dst = append(dst, byte(t.lo), byte(t.nwin-1))
 	nb := (t.nwin + 2) / 2
