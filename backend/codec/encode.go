@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/zipccl/zipccl/backend/codec/huff"
@@ -318,46 +319,154 @@ func (e *Encoder) encodeBlocks(st, dyn, src []byte, p *plan, i0, i1 int, dynamic
 }
 
 // encodeHuff2TwoStage is encodeBlocks for bf16 and fp16 huff2 on two
-// goroutines: one checksums each block, cuts its planes and decides their
-// records (the histogram, the table, the checks), the other writes the
-// records (the stream coder), a block behind. The two halves of a block's
-// time are about equal, and the bytes are encodeBlocks's: the tables are
-// decided in block order, as on one thread. For tensors of one segment,
-// which EncodeThreads cannot split.
+// goroutines. A block's work falls in two stages of about equal time:
+// planning (the checksum, cutting the planes, the histogram, the table and
+// the checks that decide the records) and writing the records (the stream
+// coder). Either goroutine takes either stage, one block at a time, in
+// block order: the caller prefers writing, the helper planning; up to
+// h2Slots blocks are in flight (being planned, planned, being written).
+// The tables are decided in block order as on one thread, so the bytes are
+// encodeBlocks's. For tensors of one segment, which EncodeThreads cannot
+// split.
+//
+// The caller never waits for the helper to start, and the helper leaves
+// once neither goroutine has ended a stage for helperIdle: when another
+// thread (torch's OpenMP worker, spinning after a parallel op) holds the
+// second core, the two goroutines share one, and every wait of the
+// helper's took time from the caller (benchmarks/CODEC.md "Two stages").
+// The caller, when the helper holds the stage it needs, spins for
+// callerSpin and then sleeps, giving the helper the core they may share.
 func (e *Encoder) encodeHuff2TwoStage(st, dyn, src []byte, p *plan, i0, i1 int) []byte {
-	// The stages hand blocks over through two counters, each side yielding
-	// while it waits. With channels the goroutine woken by a send queued
-	// behind the sender on the sender's P, so the stages took turns
-	// (benchmarks/CODEC.md, "Two stages").
-	var planned, written atomic.Int64
-	done := make(chan struct{})
-	pl := *p // the goroutine's own: capturing p would move every Encode's plan to the heap
-	go func() {
-		defer close(done)
-		for i := i0; i < i1; i++ {
-			e0, n, _, _ := pl.block(i)
+	var (
+		n                 = int64(i1 - i0)
+		planned, written  atomic.Int64 // blocks through each stage
+		planning, writing atomic.Bool  // stage taken
+		caller            = newBell()
+	)
+	pl := *p // the goroutines' own: capturing p would move every Encode's plan to the heap
+	plan := func() bool {
+		if planning.Load() || !planning.CompareAndSwap(false, true) {
+			return false
+		}
+		j := planned.Load()
+		ok := j < n && j-written.Load() < h2Slots
+		if ok {
+			i := i0 + int(j)
+			e0, nb, _, _ := pl.block(i)
 			if e0%segmentElems == 0 {
 				e.h2.reset()
 			}
-			blk := src[e0*pl.size : (e0+n)*pl.size]
+			blk := src[e0*pl.size : (e0+nb)*pl.size]
 			binary.LittleEndian.PutUint32(st[IndexEntry*i:], crc(blk))
-			for int64(i-i0)-written.Load() >= h2Slots {
-				runtime.Gosched()
-			}
-			e.h2.planBlock(&e.h2.jobs[(i-i0)%h2Slots], blk, n)
-			planned.Add(1)
+			e.h2.planBlock(&e.h2.jobs[j%h2Slots], blk, nb)
+			planned.Store(j + 1)
 		}
-	}()
-	for j := int64(0); j < int64(i1-i0); j++ {
-		for planned.Load() <= j {
-			runtime.Gosched()
-		}
-		dyn = e.h2.jobs[j%h2Slots].append(dyn)
-		written.Add(1)
+		planning.Store(false)
+		return ok
 	}
-	<-done
+	write := func() bool {
+		if writing.Load() || !writing.CompareAndSwap(false, true) {
+			return false
+		}
+		j := written.Load()
+		ok := j < planned.Load()
+		if ok {
+			dyn = e.h2.jobs[j%h2Slots].append(dyn)
+			written.Store(j + 1)
+		}
+		writing.Store(false)
+		return ok
+	}
+	var wg sync.WaitGroup
+	var left atomic.Bool // the helper has returned
+	startHelper(&wg, func() {
+		defer caller.ring()
+		defer left.Store(true)
+		var idle time.Time // since when no stage has ended
+		var seen int64
+		for written.Load() < n {
+			if plan() || write() {
+				caller.ring()
+				idle = time.Time{}
+				continue
+			}
+			if done := planned.Load() + written.Load(); idle.IsZero() || done != seen {
+				idle, seen = time.Now(), done
+			} else if time.Since(idle) > helperIdle {
+				return
+			}
+			pause()
+		}
+	})
+	var spun time.Time
+	for written.Load() < n {
+		if write() || plan() {
+			spun = time.Time{}
+			continue
+		}
+		if spun.IsZero() {
+			spun = time.Now()
+		}
+		if time.Since(spun) < callerSpin {
+			pause()
+			continue
+		}
+		// the helper holds the stage needed; it rings after each stage and
+		// when it leaves
+		caller.sleep(func() bool { return left.Load() || write() || plan() })
+		spun = time.Time{}
+	}
+	wg.Wait()
 	return dyn
 }
+
+// helperIdle: how long encodeHuff2TwoStage's helper waits, with no stage
+// ending on either goroutine, before it leaves the rest to the caller
+// (while the caller runs, one of its stages ends every 20 to 30 us; while
+// the helper has the core they share, none does). callerSpin: how long the
+// caller spins, waiting for the stage the helper holds, before it sleeps.
+// A block's two stages take about 50 us together on one thread (the demo's
+// float16 weights and bfloat16 activations). From Python
+// (benchmarks/codec_two_stage_probe.py), a helper leaving after 30, 60 or
+// 100 us idle made no difference beyond the noise.
+const (
+	helperIdle = 60 * time.Microsecond
+	callerSpin = 50 * time.Microsecond
+)
+
+// bell puts a goroutine to sleep until another rings it.
+type bell struct {
+	asleep atomic.Bool
+	ch     chan struct{}
+}
+
+func newBell() *bell { return &bell{ch: make(chan struct{}, 1)} }
+
+// sleep blocks until ring, unless ready (called after asleep is set, so
+// that a ring between ready's checks and the block is not lost) reports
+// true.
+func (b *bell) sleep(ready func() bool) {
+	b.asleep.Store(true)
+	if !ready() {
+		<-b.ch
+	}
+	b.asleep.Store(false)
+}
+
+// ring wakes b's goroutine if it sleeps (or is about to); a ring no one
+// waits for is kept for the next sleep, which then returns at once.
+func (b *bell) ring() {
+	if b.asleep.Load() {
+		select {
+		case b.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// startHelper starts encodeHuff2TwoStage's helper; a variable so that the
+// tests can withhold it or run it first.
+var startHelper = func(wg *sync.WaitGroup, f func()) { wg.Go(f) }
 
 // resetTables makes the Huffman coders of kind p.kind forget their tables.
 func (e *Encoder) resetTables(p *plan) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -103,7 +105,18 @@ func TestEncodeThreads(t *testing.T) {
 // (encodeHuff2TwoStage) into the frame one thread writes, with every record
 // mode in play: Huffman, raw and run planes, tables kept and rebuilt, a
 // short last block, and a frame that falls back to raw.
+//
+// Either goroutine codes every block when the other never gets to: the
+// caller when the helper does not start, the helper when it runs before the
+// caller looks.
 func TestEncodeHuff2TwoStage(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("two stages need GOMAXPROCS >= 2")
+	}
+	alone := map[string]func(*sync.WaitGroup, func()){
+		"caller alone": func(*sync.WaitGroup, func()) {},
+		"helper first": func(_ *sync.WaitGroup, f func()) { f() },
+	}
 	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float16} {
 		for _, n := range []int{1<<16 + 7, 5 << 16, 3<<16 + 777} {
 			// plane 1 coded: values on a coarse grid (few mantissa bits)
@@ -126,6 +139,14 @@ func TestEncodeHuff2TwoStage(t *testing.T) {
 				got, _, err := EncodeThreads([]byte("pre"), src, dt, Huff2, 2)
 				require.NoError(t, err)
 				require.True(t, bytes.Equal(want, got), "%v %s %d", dt, name, n)
+				for who, start := range alone {
+					saved := startHelper
+					startHelper = start
+					one, _, err := EncodeThreads([]byte("pre"), src, dt, Huff2, 2)
+					startHelper = saved
+					require.NoError(t, err)
+					require.True(t, bytes.Equal(want, one), "%v %s %d, %s", dt, name, n, who)
+				}
 				out := make([]byte, len(src))
 				_, err = NewDecoder().Decode(out, got[3:])
 				require.NoError(t, err)
