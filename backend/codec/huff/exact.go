@@ -170,29 +170,33 @@ func (e *Encoder) exactTable(lo, hi int, total uint32) {
 	nwin := hi - lo + 1
 	cnt := e.cnt[:nwin]
 	copy(cnt, e.hist[lo:hi+1])
-	lens := e.nlens[:nwin+1]
-	limited := limitedLengths(cnt, lens[:nwin], MaxCodeLen, &e.bs)
-	lens[nwin] = 0 // no escape
-	var bits uint64
+	// The previous table is kept when it codes the window within
+	// 1/reuseDiv of the optimal length-limited code, which saves building
+	// one (escapeWindow included). Plain Huffman's cost is at most that
+	// code's, so a table within 1/reuseDiv of it is kept without
+	// package-merge (most of a build where the limit binds).
+	var old uint64
+	keep := e.have && e.exact
 	for i, c := range cnt {
-		bits += uint64(c) * uint64(lens[i])
+		if keep && c > 0 {
+			keep = e.ct.bits[lo+i] != 0
+			old += uint64(c) * uint64(e.ct.bits[lo+i])
+		}
 	}
-	if e.have && e.exact {
-		// before escapeWindow, whose table would be smaller still: a
-		// kept table saves that work too
-		var old uint64
-		ok := true
-		for i, c := range cnt {
-			if c > 0 {
-				ok = ok && e.ct.bits[lo+i] != 0
-				old += uint64(c) * uint64(e.ct.bits[lo+i])
-			}
-		}
-		if ok && old <= bits+bits/reuseDiv {
-			return
-		}
+	lens := e.nlens[:nwin+1]
+	lens[nwin] = 0 // no escape
+	limited := plainLengths(cnt, lens[:nwin], &e.bs) > MaxCodeLen
+	bits := codeBits(cnt, lens[:nwin])
+	if keep && old <= bits+bits/reuseDiv {
+		return
 	}
 	if limited {
+		clear(lens[:nwin])
+		packageMerge(e.bs.w, lens[:nwin], MaxCodeLen, &e.bs.pm)
+		bits = codeBits(cnt, lens[:nwin])
+		if keep && old <= bits+bits/reuseDiv {
+			return
+		}
 		if lo2, hi2, ok := e.escapeWindow(lo, hi, total, bits+uint64(8*tableLen(nwin))); ok {
 			lo, hi, nwin = lo2, hi2, hi2-lo2+1
 			lens = e.elens[:nwin+1]
@@ -276,6 +280,18 @@ func (e *Encoder) escapeWindow(lo, hi int, total uint32, oldBits uint64) (int, i
 // when that fits, else package-merge (Larmore and Hirschberg), which keeps
 // the common symbols' lengths where halving the counts would not.
 func limitedLengths(counts []uint32, lens []uint8, maxLen int, s *buildScratch) bool {
+	if plainLengths(counts, lens, s) <= maxLen {
+		return false
+	}
+	clear(lens)
+	packageMerge(s.w, lens, maxLen, &s.pm)
+	return true
+}
+
+// plainLengths sets Huffman code lengths for counts (zero counts get 0; at
+// least two must be non-zero), leaves the non-zero counts sorted in s.w
+// for packageMerge, and returns the longest length.
+func plainLengths(counts []uint32, lens []uint8, s *buildScratch) int {
 	clear(lens)
 	w := s.w[:0]
 	for i, c := range counts {
@@ -284,12 +300,16 @@ func limitedLengths(counts []uint32, lens []uint8, maxLen int, s *buildScratch) 
 		}
 	}
 	s.w = w
-	if huffLengths(w, lens, s) <= maxLen { // sorts w
-		return false
+	return huffLengths(w, lens, s) // sorts w
+}
+
+// codeBits is the size in bits of counts coded with lengths lens.
+func codeBits(counts []uint32, lens []uint8) uint64 {
+	var bits uint64
+	for i, c := range counts {
+		bits += uint64(c) * uint64(lens[i])
 	}
-	clear(lens)
-	packageMerge(w, lens, maxLen, &s.pm)
-	return true
+	return bits
 }
 
 // pmScratch holds package-merge's lists: the leaves' weights, two levels'

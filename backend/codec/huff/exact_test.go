@@ -103,6 +103,14 @@ func TestLimitedLengths(t *testing.T) {
 		buildLengths(cnt, hl, MaxCodeLen, &s)
 		un := make([]uint8, n)
 		buildLengths(cnt, un, 64, &s)
+		// exactTable keeps a table within 1/reuseDiv of plain Huffman's
+		// cost without package-merge: that cost must be at most the
+		// limited code's
+		pl := make([]uint8, n)
+		plainMax := plainLengths(cnt, pl, &s)
+		if costPL := codeBits(cnt, pl); costPL > codeBits(cnt, pm) {
+			t.Fatalf("trial %d: plain Huffman %d bits > limited %d", trial, costPL, codeBits(cnt, pm))
+		}
 		var kraft, costPM, costH, costU uint64
 		maxU := 0
 		for i, c := range cnt {
@@ -125,6 +133,9 @@ func TestLimitedLengths(t *testing.T) {
 		}
 		if maxU <= MaxCodeLen && costPM != costU {
 			t.Fatalf("trial %d: %d bits, Huffman %d", trial, costPM, costU)
+		}
+		if plainMax != maxU || codeBits(cnt, pl) != costU {
+			t.Fatalf("trial %d: plain lengths up to %d, %d bits; Huffman up to %d, %d bits", trial, plainMax, codeBits(cnt, pl), maxU, costU)
 		}
 	}
 }
