@@ -428,8 +428,9 @@ func (e *Encoder) encodeHuff2TwoStage(st, dyn, src []byte, p *plan, i0, i1 int) 
 // A block's two stages take about 50 us together on one thread (the demo's
 // float16 weights and bfloat16 activations). From Python
 // (benchmarks/codec_two_stage_probe.py), a helper leaving after 30, 60 or
-// 100 us idle made no difference beyond the noise.
-const (
+// 100 us idle made no difference beyond the noise. Variables for the
+// tests.
+var (
 	helperIdle = 60 * time.Microsecond
 	callerSpin = 50 * time.Microsecond
 )

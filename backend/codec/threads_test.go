@@ -108,7 +108,8 @@ func TestEncodeThreads(t *testing.T) {
 //
 // Either goroutine codes every block when the other never gets to: the
 // caller when the helper does not start, the helper when it runs before the
-// caller looks.
+// caller looks; and a helper that leaves, or a caller that sleeps, at its
+// first wait changes nothing.
 func TestEncodeHuff2TwoStage(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("two stages need GOMAXPROCS >= 2")
@@ -147,6 +148,14 @@ func TestEncodeHuff2TwoStage(t *testing.T) {
 					require.NoError(t, err)
 					require.True(t, bytes.Equal(want, one), "%v %s %d, %s", dt, name, n, who)
 				}
+				// a helper that leaves at its first wait, and a caller
+				// that sleeps at its first
+				idle, spin := helperIdle, callerSpin
+				helperIdle, callerSpin = 0, 0
+				hasty, _, err := EncodeThreads([]byte("pre"), src, dt, Huff2, 2)
+				helperIdle, callerSpin = idle, spin
+				require.NoError(t, err)
+				require.True(t, bytes.Equal(want, hasty), "%v %s %d, no waiting", dt, name, n)
 				out := make([]byte, len(src))
 				_, err = NewDecoder().Decode(out, got[3:])
 				require.NoError(t, err)
