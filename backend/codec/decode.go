@@ -272,7 +272,8 @@ func (p *plan) dynLen(st, dyn []byte, i int) (int, error) {
 // helper has started takes the helper's too. Four runs a thread balanced a
 // late start better on the demo's float16 weights (0.53 against 0.60 ms)
 // but made fresh 45 MB outputs decode at one thread's speed or slower at
-// the median in some processes (benchmarks/CODEC.md). The error
+// the median in some processes, and so did stealing single blocks from
+// the end of each other's share (benchmarks/CODEC.md). The error
 // reported is the first block's that fails, as one thread would report.
 func decodeParallel(dst, st, dyn []byte, p *plan, threads int) error {
 	if err := p.checkFrame(st, dyn); err != nil {

@@ -426,9 +426,9 @@ func (e *Encoder) encodeHuff2TwoStage(st, dyn, src []byte, p *plan, i0, i1 int) 
 // the helper has the core they share, none does). callerSpin: how long the
 // caller spins, waiting for the stage the helper holds, before it sleeps.
 // A block's two stages take about 50 us together on one thread (the demo's
-// float16 weights and bfloat16 activations). From Python
-// (benchmarks/codec_two_stage_probe.py), a helper leaving after 30, 60 or
-// 100 us idle made no difference beyond the noise. Variables for the
+// float16 weights and bfloat16 activations). From Python, a helper
+// leaving after 30, 60 or 100 us idle made no difference beyond the noise
+// (benchmarks/results/two-stage-roles/idle-sweep.log). Variables for the
 // tests.
 var (
 	helperIdle = 60 * time.Microsecond
