@@ -59,7 +59,7 @@ func codecDType(v C.int32_t) (dtype.DType, error) {
 	return dt, nil
 }
 
-// codecKind maps an ABI kind code (raw, zip3, huff, huff2 or auto).
+// codecKind maps an ABI kind code (raw, zip3, huff, huff2, huff2p or auto).
 func codecKind(v C.int32_t) (codec.Kind, error) {
 	switch v {
 	case C.ZC_CODEC_RAW:
@@ -70,10 +70,12 @@ func codecKind(v C.int32_t) (codec.Kind, error) {
 		return codec.Huff, nil
 	case C.ZC_CODEC_HUFF2:
 		return codec.Huff2, nil
+	case C.ZC_CODEC_HUFF2P:
+		return codec.Huff2Packed, nil
 	case C.ZC_CODEC_AUTO:
 		return codec.Auto, nil
 	}
-	return 0, fmt.Errorf("%w: kind code %d (want 0 raw, 1 zip3, 2 huff, 3 huff2 or 255 auto)", codec.ErrKind, int32(v))
+	return 0, fmt.Errorf("%w: kind code %d (want 0 raw, 1 zip3, 2 huff, 3 huff2, 4 huff2p or 255 auto)", codec.ErrKind, int32(v))
 }
 
 // codecShape copies ndim dimensions from C and checks them; it returns the
@@ -122,7 +124,7 @@ func encodeBound(numel int, dt dtype.DType, k codec.Kind) int {
 		switch kk {
 		case codec.Huff:
 			work += numel + 3<<16
-		case codec.Huff2: // up to 4 planes raw per 65536-element block
+		case codec.Huff2, codec.Huff2Packed: // up to 4 planes raw per 65536-element block
 			work += nbytes + 4*(numel>>16+1) + 3<<16
 		case codec.Zip3:
 			work += numel / 16

@@ -220,6 +220,7 @@ enum {
   ZC_CODEC_ZIP3 = 1,
   ZC_CODEC_HUFF = 2,
   ZC_CODEC_HUFF2 = 3, /* every byte plane Huffman-coded where it pays; CPU only */
+  ZC_CODEC_HUFF2P = 4, /* huff2 without alignment padding: stored tensors */
   ZC_CODEC_AUTO = 255
 };
 
@@ -228,7 +229,7 @@ enum {
 /* A parsed tensor container header. */
 typedef struct {
   int32_t dtype;       /* ZC_FLOAT32 ... */
-  int32_t kind;        /* kind of the frame: ZC_CODEC_RAW, _ZIP3, _HUFF or _HUFF2 */
+  int32_t kind;        /* kind of the frame: ZC_CODEC_RAW, _ZIP3, _HUFF, _HUFF2 or _HUFF2P */
   int32_t ndim;        /* 0 .. ZC_CODEC_MAX_DIMS */
   int32_t reserved;
   int64_t numel;

@@ -213,9 +213,15 @@ def test_auto_takes_the_best_ratio(dtype, numel):
     slack = 1.0 if numel <= 65536 else 1.003
     assert len(blob) <= min(sizes.values()) * slack, (len(blob), sizes)
     assert zc.inspect(blob).codec == zc.choose_codec(t)
-    # random bits shrink under no kind: raw (huff may write a frame of raw
-    # blocks just as long, which must not win)
-    assert zc.choose_codec(random_bits((numel,), dtype, seed=2)) == "raw"
+    # random bits shrink under no kind: auto writes raw, or a kind whose
+    # frame is strictly smaller (packed huff2 stores the planes raw with
+    # less framing than a raw frame's), never one just as long (huff may
+    # write a frame of raw blocks exactly raw's length, which must not win)
+    rb = random_bits((numel,), dtype, seed=2)
+    auto, raw = zc.compress(rb, "auto"), zc.compress(rb, "raw")
+    assert len(auto) <= len(raw)
+    assert zc.choose_codec(rb) == "raw" or len(auto) < len(raw), (zc.choose_codec(rb), len(auto), len(raw))
+    assert_bit_equal(zc.decompress(auto), rb)
 
 
 def test_incompressible_never_expands_beyond_header():
@@ -624,6 +630,34 @@ def test_bench_codec_json():
     for r in ds["rows"]:
         if r["name"] in ("zip3", "huff"):
             assert r["ratio"] > 1.05 and r["gbps"] > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_huff2_writes_packed_frames(dtype):
+    """compress writes huff2 as packed frames (docs/FORMAT.md 4b: kind 4,
+    4-byte index entries, 16-bit stream lengths, no padding), smaller than
+    the aligned huff2 frame (kind 3) by the index's 12 zero bytes a block at
+    least; containers with an aligned frame, which compress wrote before,
+    still decode and read as huff2."""
+    t = gaussian((5 * 65536 + 999,), dtype, seed=9)
+    packed = zc.compress(t, "huff2", threads=1)
+    aligned, used = zc._C()._codec_encode(t, 3, 1)  # ZC_CODEC_HUFF2: the aligned layout
+    assert used == 3
+    f = packed.find(b"ZCCF")
+    assert packed[f + 5] == 4 and aligned[aligned.find(b"ZCCF") + 5] == 3
+    dyn = struct.unpack_from("<Q", packed, f + 16)[0]
+    assert len(packed) - f - 32 - dyn == 4 * 6  # the index: one CRC per block
+    assert len(packed) <= len(aligned) - 12 * 6, (len(packed), len(aligned))
+    for blob in (packed, aligned):
+        assert zc.inspect(blob).codec == "huff2"
+        for threads in (1, 2):
+            assert_bit_equal(zc.decompress(blob, threads=threads), t)
+    # every byte of a packed frame counts: a flip anywhere is caught
+    for i in range(f, len(packed), max(1, len(packed) // 300)):
+        bad = bytearray(packed)
+        bad[i] ^= 0x01
+        with pytest.raises(ValueError):
+            zc.decompress(bytes(bad))
 
 
 def test_huff2_codes_the_bytes_under_the_exponent():

@@ -12,8 +12,9 @@ import (
 // BenchmarkRealFiles codes tensors read from raw files, for real weights
 // that are too big to commit: ZIPCCL_BENCH_FILES is a comma-free list of
 // PREFIX.{bf16,fp16,fp32} stems separated by ':' (e.g. a Python one-liner
-// writes /tmp/w.fp32 with tensor.numpy().tofile). Huff and Huff2 run side by
-// side on each buffer; ratio is raw bytes / frame bytes.
+// writes /tmp/w.fp32 with tensor.numpy().tofile). Huff, Huff2 and
+// Huff2Packed run side by side on each buffer; ratio is raw bytes / frame
+// bytes.
 func BenchmarkRealFiles(b *testing.B) {
 	list := os.Getenv("ZIPCCL_BENCH_FILES")
 	if list == "" {
@@ -30,7 +31,7 @@ func BenchmarkRealFiles(b *testing.B) {
 				continue
 			}
 			src = src[:len(src)/d.dt.Size()*d.dt.Size()]
-			for _, k := range []Kind{Huff, Huff2} {
+			for _, k := range []Kind{Huff, Huff2, Huff2Packed} {
 				benchOne(b, fmt.Sprintf("%s.%s/%v", filepath.Base(stem), d.ext, k), src, d.dt, k)
 			}
 		}

@@ -33,7 +33,8 @@ func roundTrip(t testing.TB, src []byte, dt dtype.DType, k Kind) []byte {
 	if h.FrameLen != len(frame) || h.RawLen != len(src) || h.Kind != used || h.DType != dt {
 		t.Fatalf("header %+v, frame %d, src %d, kind %v", h, len(frame), len(src), used)
 	}
-	if h.StaticLen != StaticLen(h.Numel, dt, used) || h.StaticLen%Align != 0 || h.DynamicLen%Align != 0 {
+	packed := used == Huff2Packed // no alignment
+	if h.StaticLen != StaticLen(h.Numel, dt, used) || (!packed && (h.StaticLen%Align != 0 || h.DynamicLen%Align != 0)) {
 		t.Fatalf("static len %d vs StaticLen %d", h.StaticLen, StaticLen(h.Numel, dt, used))
 	}
 	out := make([]byte, len(src))
@@ -47,8 +48,15 @@ func roundTrip(t testing.TB, src []byte, dt dtype.DType, k Kind) []byte {
 	if m != len(frame) || !bytes.Equal(out, src) {
 		t.Fatalf("%v/%v n=%d: round trip mismatch", dt, k, len(src))
 	}
-	// split mode with the resolved kind
-	if k != Auto {
+	// split mode with the resolved kind; a packed frame has none
+	if k == Huff2Packed {
+		if _, err := e.EncodeStatic(nil, src, dt, k); !errors.Is(err, ErrKind) {
+			t.Fatalf("%v/%v: EncodeStatic: %v", dt, k, err)
+		}
+		if err := d.DecodeSplit(out, frame[HeaderLen:HeaderLen+h.StaticLen], frame[HeaderLen+h.StaticLen:], dt, k); !errors.Is(err, ErrKind) {
+			t.Fatalf("%v/%v: DecodeSplit: %v", dt, k, err)
+		}
+	} else if k != Auto {
 		st, err := e.EncodeStatic(nil, src, dt, k)
 		if err != nil {
 			t.Fatal(err)
@@ -402,6 +410,10 @@ func TestCorruptionRejected(t *testing.T) {
 		{dtype.Float8E4M3FN, Huff, gauss(dtype.Float8E4M3FN, n, 1, 1)},
 		{dtype.Float8E5M2, Zip3, gauss(dtype.Float8E5M2, n, 1, 1)},
 		{dtype.BFloat16, Raw, gauss(dtype.BFloat16, 777, 1, 1)},
+		{dtype.BFloat16, Huff2Packed, gauss(dtype.BFloat16, 3*n+5, 0.02, 1)},
+		{dtype.Float16, Huff2Packed, specials(dtype.Float16, n, 1)},
+		{dtype.Float32, Huff2Packed, fp16Valued(n, 1)},
+		{dtype.Float8E5M2, Huff2Packed, gauss(dtype.Float8E5M2, n, 1, 1)},
 	}
 	for _, c := range cases {
 		var e Encoder

@@ -83,8 +83,11 @@ func frameParts(dst, src []byte) (st, dyn []byte, p plan, err error) {
 // EncodeStatic and EncodeDynamic, or the two sections of a frame). dt and k
 // must be those used to encode (k as reported by Encoder.Kind); the element
 // count is len(dst)/dt.Size(); len(static) must be StaticLen and dynamic
-// must be exactly the dynamic part.
+// must be exactly the dynamic part. Huff2Packed frames have no split form.
 func (d *Decoder) DecodeSplit(dst, static, dynamic []byte, dt dtype.DType, k Kind) error {
+	if k == Huff2Packed {
+		return fmt.Errorf("%w: %v frames are decoded whole (no split mode)", ErrKind, k)
+	}
 	if !dt.Valid() {
 		return fmt.Errorf("%w: %v", ErrDType, dt)
 	}
@@ -118,16 +121,20 @@ func (p *plan) checkFrame(st, dyn []byte) error {
 	if p.kind == Raw && len(dyn) != 0 {
 		return fmt.Errorf("%w: raw frame with a dynamic part", ErrCorrupt)
 	}
-	if !allZero(st[IndexEntry*p.nblocks : p.indexLen]) {
+	if !allZero(st[p.entry*p.nblocks : p.indexLen]) {
 		return fmt.Errorf("%w: index padding", ErrCorrupt)
 	}
 	return nil
 }
 
 // checkEnd checks that the blocks used off bytes of the dynamic part and
-// the rest is padding.
+// the rest is padding (none in a packed frame).
 func (p *plan) checkEnd(dyn []byte, off int) error {
-	if alignUp(off) != len(dyn) || !allZero(dyn[off:]) {
+	end := alignUp(off)
+	if p.packed() {
+		end = off
+	}
+	if end != len(dyn) || !allZero(dyn[off:]) {
 		return fmt.Errorf("%w: dynamic part is %d bytes, %d used", ErrCorrupt, len(dyn), off)
 	}
 	return nil
@@ -151,7 +158,7 @@ func (d *Decoder) decodeBlocks(dst, st, dyn []byte, p *plan, i0, i1, off int) (i
 func (d *Decoder) decodeBlock(dst, st, dyn []byte, p *plan, i int) (int, error) {
 	e0, n, s0, sl := p.block(i)
 	out := dst[e0*p.size : (e0+n)*p.size]
-	idx := st[IndexEntry*i : IndexEntry*(i+1)]
+	idx := p.index(st, i)
 	bst := st[s0 : s0+sl]
 	var got uint32
 	used := 0
@@ -209,14 +216,14 @@ func (d *Decoder) decodeBlock(dst, st, dyn []byte, p *plan, i int) (int, error) 
 		default:
 			got = crc(out) // fp8: the symbols are the elements
 		}
-	case Huff2:
+	case Huff2, Huff2Packed:
 		if !allZero(idx[4:]) {
 			return 0, fmt.Errorf("%w: block %d: reserved index bytes", ErrCorrupt, i)
 		}
 		if d.h2 == nil {
 			d.h2 = new(huff2Decoder)
 		}
-		m, c, err := d.h2.decodeBlock(out, p.f, dyn, n, d.z.Stream)
+		m, c, err := d.h2.decodeBlock(out, p.f, dyn, n, p.lens(), d.z.Stream)
 		if err != nil {
 			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
 		}
@@ -248,15 +255,15 @@ func (p *plan) dynLen(st, dyn []byte, i int) (int, error) {
 	_, n, _, _ := p.block(i)
 	switch p.kind {
 	case Zip3:
-		return zip3Escapes(st[IndexEntry*i:IndexEntry*(i+1)], n, dyn, i)
+		return zip3Escapes(p.index(st, i), n, dyn, i)
 	case Huff:
-		m, err := huff.RecordLen(dyn, n)
+		m, err := huff.RecordLen(dyn, n, huff.Lens32)
 		if err != nil {
 			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
 		}
 		return m, nil
-	case Huff2:
-		m, err := huff2RecordsLen(p.f, dyn, n)
+	case Huff2, Huff2Packed:
+		m, err := huff2RecordsLen(p.f, dyn, n, p.lens())
 		if err != nil {
 			return 0, fmt.Errorf("%w: block %d: %w", ErrCorrupt, i, err)
 		}

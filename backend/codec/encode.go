@@ -94,7 +94,7 @@ func encodeWant(p *plan) int {
 	switch p.kind {
 	case Huff:
 		want += p.numel + 3<<huffBlockLog
-	case Huff2:
+	case Huff2, Huff2Packed:
 		// every plane raw plus its mode byte, and the stream coder's room
 		want += p.numel*p.size + 4*p.nblocks + 3<<huff2BlockLog
 	case Zip3:
@@ -104,10 +104,12 @@ func encodeWant(p *plan) int {
 }
 
 // finish pads the frame that starts at dst[start] and holds its static and
-// dynamic parts, falls back to the raw frame when that is shorter, and
-// writes the header.
+// dynamic parts (unless it is packed), falls back to the raw frame when
+// that is shorter, and writes the header.
 func (e *Encoder) finish(dst, src []byte, start int, p *plan) []byte {
-	dst = padTo(dst, start+HeaderLen+p.staticLen)
+	if !p.packed() {
+		dst = padTo(dst, start+HeaderLen+p.staticLen)
+	}
 	if rawFrame := HeaderLen + mustPlan(p.numel, p.dt, Raw).staticLen; len(dst)-start > rawFrame && p.kind != Raw {
 		*p = mustPlan(p.numel, p.dt, Raw)
 		e.kind = Raw
@@ -135,7 +137,7 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 	nseg := (p.numel + segmentElems - 1) / segmentElems
 	segThreads := min(threads, p.numel/segmentElems)
 	if segThreads <= 1 {
-		e.twoStage = threads >= 2 && runtime.GOMAXPROCS(0) >= 2 && p.kind == Huff2 && huff2Planes(p.f) == 2 && p.nblocks >= 2
+		e.twoStage = threads >= 2 && runtime.GOMAXPROCS(0) >= 2 && p.huff2() && huff2Planes(p.f) == 2 && p.nblocks >= 2
 		dst, err = e.Encode(dst, src, dt, p.kind)
 		e.twoStage = false
 		return dst, e.kind, err
@@ -213,8 +215,12 @@ func mustPlan(numel int, dt dtype.DType, k Kind) plan {
 // Split mode does not fall back to Raw: the static length is fixed by the
 // request, so a Zip3 split of incompressible data can exceed the raw size
 // (see MaxDynamicLen). src must stay unchanged until EncodeDynamic returns.
-// Auto is resolved here; Kind reports the choice.
+// Auto is resolved here; Kind reports the choice. Huff2Packed has no split
+// mode.
 func (e *Encoder) EncodeStatic(dst, src []byte, dt dtype.DType, k Kind) ([]byte, error) {
+	if k == Huff2Packed {
+		return dst, fmt.Errorf("%w: %v frames are encoded whole (no split mode)", ErrKind, k)
+	}
 	p, err := e.resolve(src, dt, k)
 	if err != nil {
 		return dst, err
@@ -270,10 +276,13 @@ func appendMaybeInPlace(dst, b []byte) []byte {
 // zip3's escapes are. The Huffman coders start afresh at every segment.
 func (e *Encoder) encodeBlocks(st, dyn, src []byte, p *plan, i0, i1 int, dynamic bool) []byte {
 	e.z.Stream = len(src) >= encStreamMin
-	if p.kind == Huff2 && e.h2 == nil {
-		e.h2 = new(huff2Encoder)
+	if p.huff2() {
+		if e.h2 == nil {
+			e.h2 = new(huff2Encoder)
+		}
+		e.h2.setLens(p.lens())
 	}
-	if e.twoStage && dynamic && p.kind == Huff2 {
+	if e.twoStage && dynamic && p.huff2() {
 		return e.encodeHuff2TwoStage(st, dyn, src, p, i0, i1)
 	}
 	for i := i0; i < i1; i++ {
@@ -282,14 +291,14 @@ func (e *Encoder) encodeBlocks(st, dyn, src []byte, p *plan, i0, i1 int, dynamic
 			e.resetTables(p)
 		}
 		blk := src[e0*p.size : (e0+n)*p.size]
-		idx := st[IndexEntry*i : IndexEntry*(i+1)]
+		idx := p.index(st, i)
 		bst := st[s0 : s0+sl]
 		switch p.kind {
 		case Raw:
 			binary.LittleEndian.PutUint32(idx[0:], crc(blk))
 			copy(bst, blk)
 			clear(bst[len(blk):])
-		case Huff2:
+		case Huff2, Huff2Packed:
 			binary.LittleEndian.PutUint32(idx[0:], crc(blk))
 			if dynamic {
 				dyn = e.h2.appendBlock(dyn, p.f, blk, n)
@@ -357,7 +366,7 @@ func (e *Encoder) encodeHuff2TwoStage(st, dyn, src []byte, p *plan, i0, i1 int) 
 				e.h2.reset()
 			}
 			blk := src[e0*pl.size : (e0+nb)*pl.size]
-			binary.LittleEndian.PutUint32(st[IndexEntry*i:], crc(blk))
+			binary.LittleEndian.PutUint32(pl.index(st, i), crc(blk))
 			e.h2.planBlock(&e.h2.jobs[j%h2Slots], blk, nb)
 			planned.Store(j + 1)
 		}
@@ -474,7 +483,7 @@ func (e *Encoder) resetTables(p *plan) {
 	switch p.kind {
 	case Huff:
 		e.h.Reset()
-	case Huff2:
+	case Huff2, Huff2Packed:
 		e.h2.reset()
 	}
 }

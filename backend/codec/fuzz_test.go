@@ -39,7 +39,13 @@ func seedFrames() [][]byte {
 	}
 	f, _ := e.Encode(nil, fp16Valued(3000, 1), dtype.Float32, Huff2) // coded residue planes
 	out = append(out, f)
-	return out
+	// then packed huff2
+	for _, dt := range codedTypes {
+		f, _ := e.Encode(nil, gauss(dt, 300, 0.5, 300), dt, Huff2Packed)
+		out = append(out, f)
+	}
+	f, _ = e.Encode(nil, fp16Valued(70000, 1), dtype.Float32, Huff2Packed) // two blocks
+	return append(out, f)
 }
 
 // decodeBoth decodes with the active kernels and with the portable ones and
@@ -126,7 +132,7 @@ func FuzzDecodeSplit(f *testing.F) {
 }
 
 func FuzzDecodeTensor(f *testing.F) {
-	for _, k := range []Kind{Raw, Zip3, Huff, Huff2} {
+	for _, k := range []Kind{Raw, Zip3, Huff, Huff2, Huff2Packed} {
 		c, _ := EncodeTensor(nil, gauss(dtype.BFloat16, 60, 1, 1), dtype.BFloat16, []int64{3, 4, 5}, k)
 		f.Add(c)
 	}
@@ -154,11 +160,12 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add(gauss(dtype.Float16, 300, 1, 1), uint8(dtype.Float16), uint8(Zip3))
 	f.Add(gauss(dtype.Float8E4M3FN, 300, 1, 1), uint8(dtype.Float8E4M3FN), uint8(Huff))
 	f.Add(fp16Valued(300, 1), uint8(dtype.Float32), uint8(Huff2))
+	f.Add(gauss(dtype.BFloat16, 300, 1e-3, 1), uint8(dtype.BFloat16), uint8(Huff2Packed))
 	f.Fuzz(func(t *testing.T, data []byte, dtb, kb uint8) {
 		dt := dtype.DType(dtb%12 + 1)
 		k := Kind(kb) // the kinds' own codes; other bytes map onto them
-		if k != Raw && k != Zip3 && k != Huff && k != Huff2 && k != Auto {
-			k = []Kind{Raw, Zip3, Huff, Huff2, Auto}[kb%5]
+		if k != Raw && k != Zip3 && k != Huff && k != Huff2 && k != Huff2Packed && k != Auto {
+			k = []Kind{Raw, Zip3, Huff, Huff2, Huff2Packed, Auto}[kb%6]
 		}
 		data = data[:len(data)/dt.Size()*dt.Size()]
 		roundTrip(t, data, dt, k)
@@ -186,6 +193,8 @@ func TestWriteSeedCorpus(t *testing.T) {
 	writeSeed(t, "FuzzDecodeTensor", "huff", c)
 	c, _ = EncodeTensor(nil, gauss(dtype.Float32, 300, 1, 1), dtype.Float32, []int64{300}, Huff2)
 	writeSeed(t, "FuzzDecodeTensor", "huff2", c)
+	c, _ = EncodeTensor(nil, gauss(dtype.BFloat16, 70000, 1e-3, 1), dtype.BFloat16, []int64{70000}, Huff2Packed)
+	writeSeed(t, "FuzzDecodeTensor", "huff2p", c)
 	var e Encoder
 	for _, k := range []Kind{Zip3, Huff, Huff2} {
 		src := gauss(dtype.BFloat16, 100, 1, 1)
@@ -197,6 +206,7 @@ func TestWriteSeedCorpus(t *testing.T) {
 	writeSeedArgs(t, "FuzzRoundTrip", "special", specials(dtype.Float32, 50, 1), uint8(dtype.Float32), uint8(Huff))
 	writeSeedArgs(t, "FuzzRoundTrip", "special-huff2", specials(dtype.Float16, 50, 1), uint8(dtype.Float16), uint8(Huff2))
 	writeSeedArgs(t, "FuzzRoundTrip", "f16in32-huff2", fp16Valued(200, 2), uint8(dtype.Float32), uint8(Huff2))
+	writeSeedArgs(t, "FuzzRoundTrip", "special-huff2p", specials(dtype.BFloat16, 70, 1), uint8(dtype.BFloat16), uint8(Huff2Packed))
 }
 
 func writeSeed(t *testing.T, fuzzer, name string, data []byte) {

@@ -8,7 +8,7 @@ import (
 )
 
 var codedTypes = []dtype.DType{dtype.BFloat16, dtype.Float16, dtype.Float32, dtype.Float8E4M3FN, dtype.Float8E5M2}
-var allKinds = []Kind{Raw, Zip3, Huff, Huff2, Auto}
+var allKinds = []Kind{Raw, Zip3, Huff, Huff2, Huff2Packed, Auto}
 
 // fromF64 converts float64 values to the bytes of dt.
 func fromF64(dt dtype.DType, v []float64) []byte {

@@ -92,6 +92,13 @@ func (e *huff2Encoder) reset() {
 	}
 }
 
+// setLens sets the width of the stream lengths the planes' records get.
+func (e *huff2Encoder) setLens(l huff.Lens) {
+	for i := range e.h {
+		e.h[i].Lens = l
+	}
+}
+
 // appendBlock appends the records of block src (n elements).
 func (e *huff2Encoder) appendBlock(dst []byte, f zip3.Format, src []byte, n int) []byte {
 	if huff2Planes(f) == 1 { // fp8: the elements are the symbols
@@ -136,9 +143,13 @@ type huff2Decoder struct {
 }
 
 // decodeBlock decodes the records of one block of n elements at the start
-// of src into dst and returns the bytes used and the CRC-32C of dst. A raw
-// record's plane is read in place. nt: dst may be written past the caches.
-func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int, nt bool) (int, uint32, error) {
+// of src, whose stream lengths have width lens, into dst and returns the
+// bytes used and the CRC-32C of dst. A raw record's plane is read in
+// place. nt: dst may be written past the caches.
+func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int, lens huff.Lens, nt bool) (int, uint32, error) {
+	for i := range d.h {
+		d.h[i].Lens = lens
+	}
 	if huff2Planes(f) == 1 {
 		m, err := d.h[0].DecodeBlock(dst[:n], src)
 		if err != nil {
@@ -171,10 +182,10 @@ func (d *huff2Decoder) decodeBlock(dst []byte, f zip3.Format, src []byte, n int,
 
 // huff2RecordsLen is the length of the records of one block of n elements
 // at the start of src, as decodeBlock reads them, found from their headers.
-func huff2RecordsLen(f zip3.Format, src []byte, n int) (int, error) {
+func huff2RecordsLen(f zip3.Format, src []byte, n int, lens huff.Lens) (int, error) {
 	off := 0
 	for range huff2Planes(f) {
-		m, err := huff.RecordLen(src[off:], n)
+		m, err := huff.RecordLen(src[off:], n, lens)
 		if err != nil {
 			return 0, err
 		}

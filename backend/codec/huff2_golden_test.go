@@ -1,10 +1,11 @@
 package codec
 
-// Golden huff2 frames (testdata/huff2_golden.bin), made by the Go encoder
-// from inputs that cudaGenerate regenerates with integer arithmetic, and
-// decoded here by refDecodeHuff2: a bit-at-a-time decoder written from
-// docs/FORMAT.md section 4a alone (its own canonical codes, plane merge and
-// CRC-32C from hash/crc32), sharing no code with the codec's decoder.
+// Golden huff2 frames, aligned and packed (testdata/huff2_golden.bin), made
+// by the Go encoder from inputs that cudaGenerate regenerates with integer
+// arithmetic, and decoded here by refDecodeHuff2: a bit-at-a-time decoder
+// written from docs/FORMAT.md sections 4a and 4b alone (its own canonical
+// codes, plane merge and CRC-32C from hash/crc32), sharing no code with the
+// codec's decoder.
 //
 //	ZIPCCL_WRITE_GOLDEN=1 go test -run TestWriteHuff2Golden ./backend/codec/
 //
@@ -92,6 +93,13 @@ func buildHuff2Golden(t testing.TB) []byte {
 		g.add(c.name+"/meta", []byte(fmt.Sprintf("dtype=%d dist=%s seed=%d n=%d kind=%v", c.dt, c.dist, c.seed, c.n, e.Kind())))
 		g.add(c.name+"/frame", frame)
 	}
+	for _, c := range huff2Cases() {
+		frame, err := e.Encode(nil, huff2Input(c), c.dt, Huff2Packed)
+		if err != nil {
+			t.Fatalf("%s packed: %v", c.name, err)
+		}
+		g.add(c.name+"/packed", frame)
+	}
 	return g.buf.Bytes()
 }
 
@@ -140,30 +148,33 @@ func TestHuff2GoldenUpToDate(t *testing.T) {
 // decoder and the codec's and compares both with the regenerated input.
 func TestHuff2GoldenDecode(t *testing.T) {
 	g := readGolden(t, huff2GoldenPath, "ZCH2GLD1\n")
-	var total refStats
-	for _, c := range huff2Cases() {
-		frame := g[c.name+"/frame"]
-		src := huff2Input(c)
-		ref, st, err := refDecodeHuff2(frame)
-		if err != nil {
-			t.Fatalf("%s: reference decoder: %v", c.name, err)
+	for _, layout := range []string{"frame", "packed"} {
+		var total refStats
+		for _, c := range huff2Cases() {
+			name := c.name + "/" + layout
+			frame := g[name]
+			src := huff2Input(c)
+			ref, st, err := refDecodeHuff2(frame)
+			if err != nil {
+				t.Fatalf("%s: reference decoder: %v", name, err)
+			}
+			if !bytes.Equal(ref, src) {
+				t.Fatalf("%s: reference decoder output differs from the input", name)
+			}
+			total.codedResidue += st.codedResidue
+			total.escapes += st.escapes
+			out := make([]byte, len(src))
+			var d Decoder
+			if _, err := d.Decode(out, frame); err != nil || !bytes.Equal(out, src) {
+				t.Fatalf("%s: codec decoder: %v", name, err)
+			}
 		}
-		if !bytes.Equal(ref, src) {
-			t.Fatalf("%s: reference decoder output differs from the input", c.name)
+		if total.codedResidue == 0 {
+			t.Fatalf("no golden %s has a Huffman-coded residue plane", layout)
 		}
-		total.codedResidue += st.codedResidue
-		total.escapes += st.escapes
-		out := make([]byte, len(src))
-		var d Decoder
-		if _, err := d.Decode(out, frame); err != nil || !bytes.Equal(out, src) {
-			t.Fatalf("%s: codec decoder: %v", c.name, err)
+		if total.escapes == 0 {
+			t.Fatalf("no golden %s has an escaped symbol", layout)
 		}
-	}
-	if total.codedResidue == 0 {
-		t.Fatal("no golden frame has a Huffman-coded residue plane")
-	}
-	if total.escapes == 0 {
-		t.Fatal("no golden frame has an escaped symbol")
 	}
 }
 
@@ -182,10 +193,11 @@ func (r *refBits) bit() (uint32, error) {
 	return v, nil
 }
 
-// refRecord decodes one huff record (FORMAT.md 4.2) of n symbols; it
-// returns the symbols, the record length, whether it was Huffman-coded and
-// how many symbols were escaped.
-func refRecord(src []byte, n int) ([]byte, int, bool, int, error) {
+// refRecord decodes one huff record (FORMAT.md 4.2) of n symbols, whose
+// stream lengths are lw bytes each (4, or 2 in a packed frame); it returns
+// the symbols, the record length, whether it was Huffman-coded and how many
+// symbols were escaped.
+func refRecord(src []byte, n, lw int) ([]byte, int, bool, int, error) {
 	if len(src) < 1 {
 		return nil, 0, false, 0, errors.New("empty record")
 	}
@@ -228,9 +240,11 @@ func refRecord(src []byte, n int) ([]byte, int, bool, int, error) {
 	}
 	var sl [4]int
 	for k := range sl {
-		sl[k] = int(binary.LittleEndian.Uint32(src[p+4*k:]))
+		for j := lw - 1; j >= 0; j-- {
+			sl[k] = sl[k]<<8 | int(src[p+lw*k+j])
+		}
 	}
-	p += 16
+	p += 4 * lw
 	out := make([]byte, 0, n)
 	escapes := 0
 	for k := 0; k < 4; k++ {
@@ -280,12 +294,17 @@ type refStats struct {
 	escapes      int // escaped symbols
 }
 
-// refDecodeHuff2 decodes a huff2 frame; it returns the tensor bytes and
-// what the decode went through.
+// refDecodeHuff2 decodes a huff2 frame, aligned (kind 3) or packed (kind
+// 4); it returns the tensor bytes and what the decode went through.
 func refDecodeHuff2(frame []byte) ([]byte, refStats, error) {
 	var st refStats
-	if string(frame[:4]) != "ZCCF" || frame[4] != 1 || frame[5] != 3 || frame[7] != 16 {
+	if string(frame[:4]) != "ZCCF" || frame[4] != 1 || (frame[5] != 3 && frame[5] != 4) || frame[7] != 16 {
 		return nil, st, errors.New("not a huff2 frame")
+	}
+	packed := frame[5] == 4
+	entry, lw := 16, 4 // index entry and stream length bytes
+	if packed {
+		entry, lw = 4, 2
 	}
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	dt := dtype.DType(frame[6])
@@ -293,7 +312,12 @@ func refDecodeHuff2(frame []byte) ([]byte, refStats, error) {
 	const B = 1 << 16
 	nblocks := (numel + B - 1) / B
 	index := frame[32:]
-	dyn := frame[32+(16*nblocks+127)/128*128:]
+	indexLen := (entry*nblocks + 127) / 128 * 128
+	if packed {
+		indexLen = entry * nblocks
+	}
+	dynLen := int(binary.LittleEndian.Uint64(frame[16:]))
+	dyn := frame[32+indexLen : 32+indexLen+dynLen]
 	nplanes := map[dtype.DType]int{dtype.Float32: 4, dtype.BFloat16: 2, dtype.Float16: 2}[dt]
 	if nplanes == 0 {
 		nplanes = 1
@@ -304,7 +328,7 @@ func refDecodeHuff2(frame []byte) ([]byte, refStats, error) {
 		n := min(B, numel-blk*B)
 		pl := make([][]byte, nplanes)
 		for i := range pl {
-			s, used, huffman, esc, err := refRecord(dyn, n)
+			s, used, huffman, esc, err := refRecord(dyn, n, lw)
 			if err != nil {
 				return nil, st, fmt.Errorf("block %d plane %d: %w", blk, i, err)
 			}
@@ -328,9 +352,12 @@ func refDecodeHuff2(frame []byte) ([]byte, refStats, error) {
 				out = append(out, pl[0][j])
 			}
 		}
-		if crc32.Checksum(out[start:], castagnoli) != binary.LittleEndian.Uint32(index[16*blk:]) {
+		if crc32.Checksum(out[start:], castagnoli) != binary.LittleEndian.Uint32(index[entry*blk:]) {
 			return nil, st, fmt.Errorf("block %d: crc", blk)
 		}
+	}
+	if packed && len(dyn) != 0 {
+		return nil, st, fmt.Errorf("%d bytes after the records of a packed frame", len(dyn))
 	}
 	return out, st, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/zipccl/zipccl/backend/codec/huff"
 	"github.com/zipccl/zipccl/backend/dtype"
 )
@@ -23,18 +25,94 @@ func fp16Valued(n int, seed uint64) []byte {
 
 // TestHuff2RoundTrip: bit-exact round trips at block-edge sizes, for
 // specials (NaN payloads, infinities, subnormals, signed zeros), all-equal
-// blocks next to ordinary ones, and planes that are coded.
+// blocks next to ordinary ones, and planes that are coded; both layouts.
 func TestHuff2RoundTrip(t *testing.T) {
 	b := 1 << huff2BlockLog
-	for _, dt := range codedTypes {
-		for _, n := range []int{1, 2, 3, 127, 128, 129, b - 1, b, b + 1, 2*b + 77} {
-			roundTrip(t, specials(dt, n, uint64(n)), dt, Huff2)
-			roundTrip(t, gauss(dt, n, 1e-3, uint64(n)), dt, Huff2)
-			mixed := append(constant(dt, min(n, b), 0.5), gauss(dt, n, 3, 7)...)
-			roundTrip(t, mixed, dt, Huff2)
+	for _, k := range []Kind{Huff2, Huff2Packed} {
+		for _, dt := range codedTypes {
+			for _, n := range []int{1, 2, 3, 127, 128, 129, b - 1, b, b + 1, 2*b + 77} {
+				roundTrip(t, specials(dt, n, uint64(n)), dt, k)
+				roundTrip(t, gauss(dt, n, 1e-3, uint64(n)), dt, k)
+				mixed := append(constant(dt, min(n, b), 0.5), gauss(dt, n, 3, 7)...)
+				roundTrip(t, mixed, dt, k)
+			}
+		}
+		roundTrip(t, fp16Valued(3*b+5, 1), dtype.Float32, k)
+	}
+}
+
+// unpackHuff2 rewrites a packed huff2 frame in huff2's aligned layout:
+// 16-byte index entries, uint32 stream lengths, both parts padded to 128.
+func unpackHuff2(t *testing.T, frame []byte) []byte {
+	t.Helper()
+	h, err := PeekHeader(frame)
+	if err != nil || h.Kind != Huff2Packed {
+		t.Fatalf("not a packed huff2 frame: %v %v", h.Kind, err)
+	}
+	p := mustPlan(h.Numel, h.DType, Huff2)
+	out := make([]byte, HeaderLen+p.staticLen)
+	for i := range p.nblocks {
+		copy(out[HeaderLen+IndexEntry*i:], frame[HeaderLen+packedEntry*i:][:packedEntry])
+	}
+	dyn := frame[HeaderLen+h.StaticLen : h.FrameLen]
+	for i := range p.nblocks {
+		_, n, _, _ := p.block(i)
+		for range huff2Planes(p.f) {
+			switch dyn[0] {
+			case huff.ModeRaw:
+				out, dyn = append(out, dyn[:1+n]...), dyn[1+n:]
+			case huff.ModeRLE:
+				out, dyn = append(out, dyn[:2]...), dyn[2:]
+			default:
+				tl := 3 + (int(dyn[2])+3)/2 // mode, lo, nwin-1, lengths
+				out, dyn = append(out, dyn[:tl]...), dyn[tl:]
+				total := 0
+				for k := range 4 {
+					l := int(binary.LittleEndian.Uint16(dyn[2*k:]))
+					out, total = binary.LittleEndian.AppendUint32(out, uint32(l)), total+l
+				}
+				out, dyn = append(out, dyn[8:8+total]...), dyn[8+total:]
+			}
 		}
 	}
-	roundTrip(t, fp16Valued(3*b+5, 1), dtype.Float32, Huff2)
+	if len(dyn) != 0 {
+		t.Fatalf("%d bytes after the records", len(dyn))
+	}
+	out = padTo(out, HeaderLen+p.staticLen)
+	putHeader(out, &p, len(out)-HeaderLen-p.staticLen)
+	return out
+}
+
+// TestHuff2Packed: a packed frame holds huff2's records and CRCs, only
+// laid out without alignment (unpackHuff2 of it is the huff2 frame), and
+// saves at least the index's 12 bytes a block and its padding (and is
+// coded where huff2's frame falls back to raw, on a few more bytes).
+func TestHuff2Packed(t *testing.T) {
+	b := 1 << huff2BlockLog
+	for _, dt := range codedTypes {
+		for _, n := range []int{1, 129, b, 3*b + 77} {
+			for name, src := range map[string][]byte{
+				"gauss": gauss(dt, n, 0.02, uint64(n)), "specials": specials(dt, n, uint64(n)),
+				"mixed": append(constant(dt, min(n, b), 0.5), gauss(dt, n, 3, 7)...),
+			} {
+				var e Encoder
+				packed, err := e.Encode(nil, src, dt, Huff2Packed)
+				require.NoError(t, err)
+				if e.Kind() != Huff2Packed {
+					t.Fatalf("%v %s %d: %v", dt, name, n, e.Kind())
+				}
+				aligned, err := e.Encode(nil, src, dt, Huff2)
+				require.NoError(t, err)
+				if e.Kind() == Raw { // the aligned layout's few more bytes
+					require.Less(t, len(packed), len(aligned), "%v %s %d", dt, name, n)
+					continue
+				}
+				require.True(t, bytes.Equal(aligned, unpackHuff2(t, packed)), "%v %s %d", dt, name, len(src))
+				nb := (len(src)/dt.Size() + b - 1) / b
+				require.LessOrEqual(t, len(packed), len(aligned)-alignUp(IndexEntry*nb)+packedEntry*nb, "%v %s %d", dt, name, n)
+			}
+		}
+	}
 }
 
 // huff2Modes returns the mode byte of every plane record of every block.

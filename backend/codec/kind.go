@@ -7,6 +7,9 @@
 //   - Huff: per-block canonical Huffman code of the exponent bytes.
 //   - Huff2: Huff with exact tables that also codes the bytes under the
 //     exponent where that saves 5 %; the best ratio, not used by collectives.
+//   - Huff2Packed: Huff2's records in a frame without alignment (a 4-byte
+//     index entry per block, no padding, 16-bit stream lengths): the
+//     stored tensors' kind, whole frames only.
 //   - Raw: the bytes as they are.
 //
 // and Auto picks one per tensor from a cheap estimate. Every frame is
@@ -56,7 +59,11 @@ const (
 	// bytes under it) where it pays; the best ratio, CPU only. Auto never
 	// picks it.
 	Huff2 Kind = 3
-	Auto  Kind = 255 // a request only: pick Raw, Zip3 or Huff per tensor
+	// Huff2Packed: Huff2's planes and records, packed (docs/FORMAT.md 4b):
+	// 4-byte index entries, 16-bit stream lengths, no padding. Whole frames
+	// only (no split mode); what zipccl.codec and checkpoints write.
+	Huff2Packed Kind = 4
+	Auto        Kind = 255 // a request only: pick Raw, Zip3 or Huff per tensor
 )
 
 func (k Kind) String() string {
@@ -69,13 +76,16 @@ func (k Kind) String() string {
 		return "huff"
 	case Huff2:
 		return "huff2"
+	case Huff2Packed:
+		return "huff2p"
 	case Auto:
 		return "auto"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// ParseKind parses "raw", "zip3", "huff", "huff2" or "auto" (case-insensitive).
+// ParseKind parses "raw", "zip3", "huff", "huff2", "huff2p" or "auto"
+// (case-insensitive).
 func ParseKind(s string) (Kind, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "raw":
@@ -86,10 +96,12 @@ func ParseKind(s string) (Kind, error) {
 		return Huff, nil
 	case "huff2":
 		return Huff2, nil
+	case "huff2p":
+		return Huff2Packed, nil
 	case "auto":
 		return Auto, nil
 	}
-	return 0, fmt.Errorf("%w: %q (want raw, zip3, huff, huff2 or auto)", ErrKind, s)
+	return 0, fmt.Errorf("%w: %q (want raw, zip3, huff, huff2, huff2p or auto)", ErrKind, s)
 }
 
 // Errors. Every error returned by this package wraps one of these.

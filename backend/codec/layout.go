@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/zipccl/zipccl/backend/codec/huff"
 	"github.com/zipccl/zipccl/backend/codec/internal/crc32c"
 	"github.com/zipccl/zipccl/backend/codec/zip3"
 	"github.com/zipccl/zipccl/backend/dtype"
@@ -16,6 +17,8 @@ const (
 	Version    = 1  // format version written and accepted
 	IndexEntry = 16 // bytes per block in the block index
 	Align      = 128
+
+	packedEntry = 4 // a packed frame's index entry: the CRC alone
 
 	zip3BlockLog  = 14 // 16384 elements per zip3 block
 	huffBlockLog  = 16 // 65536 elements per huff block
@@ -69,6 +72,7 @@ type plan struct {
 	numel     int
 	blockLog  uint
 	nblocks   int
+	entry     int // index entry bytes
 	indexLen  int
 	fullLen   int // static bytes of a full block
 	tailLen   int // static bytes of the last block
@@ -81,7 +85,7 @@ func blockLogOf(k Kind) uint {
 		return zip3BlockLog
 	case Huff:
 		return huffBlockLog
-	case Huff2:
+	case Huff2, Huff2Packed:
 		return huff2BlockLog
 	}
 	return rawBlockLog
@@ -105,7 +109,7 @@ func (p *plan) blockStatic(n int) int {
 		return zip3.StaticLen(p.f, n)
 	case Huff:
 		return huffStatic(p.f, n)
-	case Huff2:
+	case Huff2, Huff2Packed:
 		return 0 // every plane is in the dynamic part
 	}
 	return alignUp(n * p.size)
@@ -115,7 +119,7 @@ func newPlan(numel int, dt dtype.DType, k Kind) (plan, error) {
 	if !dt.Valid() {
 		return plan{}, fmt.Errorf("%w: %v", ErrDType, dt)
 	}
-	if k != Raw && k != Zip3 && k != Huff && k != Huff2 {
+	if k != Raw && k != Zip3 && k != Huff && k != Huff2 && k != Huff2Packed {
 		return plan{}, fmt.Errorf("%w: %v", ErrKind, k)
 	}
 	if numel < 0 || numel > maxNumel {
@@ -126,7 +130,10 @@ func newPlan(numel int, dt dtype.DType, k Kind) (plan, error) {
 	p.blockLog = blockLogOf(p.kind)
 	b := 1 << p.blockLog
 	p.nblocks = (numel + b - 1) >> p.blockLog
-	p.indexLen = alignUp(IndexEntry * p.nblocks)
+	p.entry, p.indexLen = IndexEntry, alignUp(IndexEntry*p.nblocks)
+	if p.packed() {
+		p.entry, p.indexLen = packedEntry, packedEntry*p.nblocks
+	}
 	if p.nblocks > 0 {
 		p.fullLen = p.blockStatic(b)
 		p.tailLen = p.blockStatic(numel - (p.nblocks-1)*b)
@@ -134,6 +141,24 @@ func newPlan(numel int, dt dtype.DType, k Kind) (plan, error) {
 	}
 	return p, nil
 }
+
+// packed: the frame has no alignment padding, 4-byte index entries and
+// 16-bit stream lengths.
+func (p *plan) packed() bool { return p.kind == Huff2Packed }
+
+// huff2 is true for both layouts of huff2's records.
+func (p *plan) huff2() bool { return p.kind == Huff2 || p.kind == Huff2Packed }
+
+// lens is the width of the stream lengths in p's Huffman records.
+func (p *plan) lens() huff.Lens {
+	if p.packed() {
+		return huff.Lens16
+	}
+	return huff.Lens32
+}
+
+// index is block i's index entry in the static part st.
+func (p *plan) index(st []byte, i int) []byte { return st[p.entry*i : p.entry*(i+1)] }
 
 // block returns the element range and static byte range of block i.
 func (p *plan) block(i int) (e0, n, s0, sl int) {
@@ -149,7 +174,8 @@ func (p *plan) block(i int) (e0, n, s0, sl int) {
 }
 
 // StaticLen returns the length of the static part of numel elements of dt
-// coded as k; it depends on nothing else. It is a multiple of 128. It returns
+// coded as k; it depends on nothing else. It is a multiple of 128 but for
+// Huff2Packed (4 bytes a block). It returns
 // -1 for Auto, an invalid dtype or kind, or a negative or huge numel.
 func StaticLen(numel int, dt dtype.DType, k Kind) int {
 	p, err := newPlan(numel, dt, k)
@@ -162,7 +188,7 @@ func StaticLen(numel int, dt dtype.DType, k Kind) int {
 // MaxDynamicLen bounds the dynamic part of numel elements of dt coded as k
 // (split mode). Zip3's worst case is one escape byte per element; Huff's is
 // the raw exponent bytes plus one mode byte per block; Huff2's every byte
-// raw plus one mode byte per plane and block.
+// raw plus one mode byte per plane and block (unpadded for Huff2Packed).
 func MaxDynamicLen(numel int, dt dtype.DType, k Kind) int {
 	p, err := newPlan(numel, dt, k)
 	if err != nil {
@@ -175,6 +201,8 @@ func MaxDynamicLen(numel int, dt dtype.DType, k Kind) int {
 		return alignUp(numel + 2*p.nblocks)
 	case Huff2:
 		return alignUp(numel*p.size + huff2Planes(p.f)*p.nblocks)
+	case Huff2Packed:
+		return numel*p.size + huff2Planes(p.f)*p.nblocks
 	}
 	return 0
 }
@@ -198,7 +226,7 @@ func MaxEncodedLen(nbytes int, dt dtype.DType) int {
 type Header struct {
 	Version    uint8
 	DType      dtype.DType
-	Kind       Kind // Raw, Zip3, Huff or Huff2
+	Kind       Kind // Raw, Zip3, Huff, Huff2 or Huff2Packed
 	BlockLog   uint8
 	Numel      int // elements
 	RawLen     int // Numel * DType.Size(): the decoded length
@@ -259,7 +287,7 @@ func parseHeader(src []byte) (Header, plan, error) {
 	if p.kind != h.Kind || uint(h.BlockLog) != p.blockLog {
 		return h, plan{}, fmt.Errorf("%w: kind %v / block log %d not valid for %v", ErrCorrupt, h.Kind, h.BlockLog, h.DType)
 	}
-	if dyn > math.MaxInt64/4 || dyn%Align != 0 || (p.kind == Raw && dyn != 0) {
+	if dyn > math.MaxInt64/4 || (dyn%Align != 0 && !p.packed()) || (p.kind == Raw && dyn != 0) {
 		return h, plan{}, fmt.Errorf("%w: dynamic length %d", ErrCorrupt, dyn)
 	}
 	h.Numel = p.numel

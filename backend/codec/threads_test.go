@@ -26,7 +26,7 @@ func TestDecodeThreads(t *testing.T) {
 	smallSegments(t)
 	var e Encoder
 	for _, dt := range append(codedTypes, dtype.Int32) {
-		for _, k := range []Kind{Raw, Zip3, Huff, Huff2} {
+		for _, k := range []Kind{Raw, Zip3, Huff, Huff2, Huff2Packed} {
 			// 3.1 segments: every kind has a short last block
 			n := 3*segmentElems + 1<<15 + 7
 			src := randomBytes(4*n, 2)
@@ -65,12 +65,13 @@ func TestDecodeThreads(t *testing.T) {
 }
 
 // A frame coded on any number of threads is the one frame one thread
-// writes, split mode's included, for sizes around the segment size.
+// writes, split mode's included (but for packed frames, which have none),
+// for sizes around the segment size.
 func TestEncodeThreads(t *testing.T) {
 	smallSegments(t)
 	var e Encoder
 	for _, dt := range append(codedTypes, dtype.Int32) {
-		for _, k := range []Kind{Raw, Zip3, Huff, Huff2, Auto} {
+		for _, k := range []Kind{Raw, Zip3, Huff, Huff2, Huff2Packed, Auto} {
 			for _, n := range []int{0, 5, segmentElems, 3*segmentElems + 1<<16 + 11} {
 				src := randomBytes(4*n, 4)
 				if dt != dtype.Int32 {
@@ -84,6 +85,9 @@ func TestEncodeThreads(t *testing.T) {
 					require.NoError(t, err, name)
 					require.Equal(t, e.Kind(), used, name)
 					require.True(t, bytes.Equal(want, got), "%s threads=%d", name, threads)
+				}
+				if k == Huff2Packed {
+					continue
 				}
 				kind := e.Kind()
 				st, err := e.EncodeStatic(nil, src, dt, k)
@@ -135,31 +139,33 @@ func TestEncodeHuff2TwoStage(t *testing.T) {
 				"gauss": gauss(dt, n, 0.5, uint64(n)), "coarse": coarse, "mixed": mixed,
 				"random": randomBytes(n*dt.Size(), 6), "constant": make([]byte, n*dt.Size()),
 			} {
-				want, err := NewEncoder().Encode([]byte("pre"), src, dt, Huff2)
-				require.NoError(t, err)
-				got, _, err := EncodeThreads([]byte("pre"), src, dt, Huff2, 2)
-				require.NoError(t, err)
-				require.True(t, bytes.Equal(want, got), "%v %s %d", dt, name, n)
-				for who, start := range alone {
-					saved := startHelper
-					startHelper = start
-					one, _, err := EncodeThreads([]byte("pre"), src, dt, Huff2, 2)
-					startHelper = saved
+				for _, k := range []Kind{Huff2, Huff2Packed} {
+					want, err := NewEncoder().Encode([]byte("pre"), src, dt, k)
 					require.NoError(t, err)
-					require.True(t, bytes.Equal(want, one), "%v %s %d, %s", dt, name, n, who)
+					got, _, err := EncodeThreads([]byte("pre"), src, dt, k, 2)
+					require.NoError(t, err)
+					require.True(t, bytes.Equal(want, got), "%v %v %s %d", dt, k, name, n)
+					for who, start := range alone {
+						saved := startHelper
+						startHelper = start
+						one, _, err := EncodeThreads([]byte("pre"), src, dt, k, 2)
+						startHelper = saved
+						require.NoError(t, err)
+						require.True(t, bytes.Equal(want, one), "%v %v %s %d, %s", dt, k, name, n, who)
+					}
+					// a helper that leaves at its first wait, and a caller
+					// that sleeps at its first
+					idle, spin := helperIdle, callerSpin
+					helperIdle, callerSpin = 0, 0
+					hasty, _, err := EncodeThreads([]byte("pre"), src, dt, k, 2)
+					helperIdle, callerSpin = idle, spin
+					require.NoError(t, err)
+					require.True(t, bytes.Equal(want, hasty), "%v %v %s %d, no waiting", dt, k, name, n)
+					out := make([]byte, len(src))
+					_, err = NewDecoder().Decode(out, got[3:])
+					require.NoError(t, err)
+					require.True(t, bytes.Equal(src, out), "%v %v %s %d", dt, k, name, n)
 				}
-				// a helper that leaves at its first wait, and a caller
-				// that sleeps at its first
-				idle, spin := helperIdle, callerSpin
-				helperIdle, callerSpin = 0, 0
-				hasty, _, err := EncodeThreads([]byte("pre"), src, dt, Huff2, 2)
-				helperIdle, callerSpin = idle, spin
-				require.NoError(t, err)
-				require.True(t, bytes.Equal(want, hasty), "%v %s %d, no waiting", dt, name, n)
-				out := make([]byte, len(src))
-				_, err = NewDecoder().Decode(out, got[3:])
-				require.NoError(t, err)
-				require.True(t, bytes.Equal(src, out), "%v %s %d", dt, name, n)
 			}
 		}
 	}
@@ -178,19 +184,19 @@ func TestEncodeThreadsRawFallback(t *testing.T) {
 	require.True(t, bytes.Equal(want, got))
 }
 
-// BenchmarkThreads: huff2 on one thread and two, at two segments (one
+// BenchmarkThreads: packed huff2 (what zipccl.codec writes) on one thread and two, at two segments (one
 // each) and at half a segment (encodeHuff2TwoStage).
 func BenchmarkThreads(b *testing.B) {
 	for _, dt := range []dtype.DType{dtype.BFloat16, dtype.Float16} {
 		for _, numel := range []int{2 * segmentElems, segmentElems / 2} {
 			src := gauss(dt, numel, 0.02, 1)
-			frame, _, _ := EncodeThreads(nil, src, dt, Huff2, 1)
+			frame, _, _ := EncodeThreads(nil, src, dt, Huff2Packed, 1)
 			for _, threads := range []int{1, 2} {
 				buf := make([]byte, 0, 2*len(src))
 				b.Run(fmt.Sprintf("%v/%d/encode/t%d", dt, numel, threads), func(b *testing.B) {
 					b.SetBytes(int64(len(src)))
 					for b.Loop() {
-						buf, _, _ = EncodeThreads(buf[:0], src, dt, Huff2, threads)
+						buf, _, _ = EncodeThreads(buf[:0], src, dt, Huff2Packed, threads)
 					}
 				})
 				out := make([]byte, len(src))

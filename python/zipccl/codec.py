@@ -16,8 +16,10 @@ Codecs:
 * ``"zip3"``: ZipCCL's fixed 3-bit exponent code; the fastest.
 * ``"huff"``: per-block Huffman-coded exponents.
 * ``"huff2"``: Huffman-codes the exponent and, where that saves 5 %, each
-  byte under it (docs/FORMAT.md 4a); the best ratio, encodes and decodes at
-  about huff's speed. CPU only: collectives never use it.
+  byte under it (docs/FORMAT.md 4a), in a packed frame without alignment
+  padding (4b); the best ratio, encodes and decodes at about huff's speed.
+  CPU only: collectives never use it. Containers written before the packed
+  frame existed (aligned huff2 frames) still decode, and read as "huff2".
 * ``"raw"``: the bytes as they are, with the same framing and CRCs.
 * ``"auto"``: the best ratio: the coding kinds are tried on a sample of the
   tensor (the whole of a small one) and the smallest wins; see "auto here
@@ -87,9 +89,11 @@ __all__ = [
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
-# Codec names and their ABI codes (ZC_CODEC_* in capi/zipccl_abi.h).
-_KIND_CODES = {"raw": 0, "zip3": 1, "huff": 2, "huff2": 3, "auto": 255}
-_KIND_NAMES = {code: name for name, code in _KIND_CODES.items()}
+# Codec names and their ABI codes (ZC_CODEC_* in capi/zipccl_abi.h). huff2
+# writes packed frames (ZC_CODEC_HUFF2P); aligned huff2 frames (3), which
+# compress wrote before those existed, decode and are named huff2 too.
+_KIND_CODES = {"raw": 0, "zip3": 1, "huff": 2, "huff2": 4, "auto": 255}
+_KIND_NAMES = {code: name for name, code in _KIND_CODES.items()} | {3: "huff2"}
 
 #: Codec names accepted by compress() and estimate_ratio().
 CODECS: tuple[str, ...] = ("auto", "zip3", "huff", "huff2", "raw")
@@ -386,10 +390,11 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
         except ValueError:
             continue  # a kind this dtype does not have
         # Strictly smaller than raw; a tie among coding kinds goes to the
-        # later one, whose extra coding only ever saves bytes: frames pad to
-        # 128 bytes, so on a sample huff2's few saved bytes often tie with
-        # huff while they add up over a whole model (MiniLM fp32 file:
-        # 74455259 bytes with ties to huff, 74451547 all huff2).
+        # later one, whose extra coding only ever saves bytes: zip3 and huff
+        # frames pad to 128 bytes, so on a sample huff2's few saved bytes
+        # could tie with huff while they add up over a whole model (MiniLM
+        # fp32 file, aligned huff2: 74455259 bytes with ties to huff,
+        # 74451547 all huff2).
         if used != _KIND_CODES["raw"] and len(data) < raw_len and len(data) <= len(best_data):
             best_kind, best_data = kind, data
     return best_kind, (best_data if whole else None)
@@ -558,14 +563,20 @@ def bench(
     the same data, single-threaded. Returns its rows (dicts with name, op,
     dtype, kind, bytes, encoded_bytes, ratio, gbps, cpu_gbps, vs_memcpy,
     vs_memcpy_cpu, bits, error, note). Used by ``python -m zipccl bench
-    codec``. The GIL is released while it runs."""
+    codec``. The GIL is released while it runs. huff2 is measured as
+    compress writes it, packed: its rows' kind says huff2p."""
     t = _check_tensor(tensor, "bench")
     for c in codecs:
         _kind_code(c)
+    names = [c.strip().lower() for c in codecs]
     options = {
-        "kinds": [c.strip().lower() for c in codecs],
+        "kinds": ["huff2p" if c == "huff2" else c for c in names],
         "rounds": int(rounds),
         "min_time_ms": float(min_time_ms),
         "skip_external": bool(skip_external),
     }
-    return json.loads(_C()._codec_bench(t, json.dumps(options)))
+    rows = json.loads(_C()._codec_bench(t, json.dumps(options)))
+    for r in rows:
+        if r.get("name") == "huff2p":
+            r["name"] = "huff2"
+    return rows

@@ -511,18 +511,20 @@ void test_api() {
   check(zccl_decode_frames(g_ctx, 3, fr.p, &off, &cap, &cnt, 1, dst.p, ws2.p, wsn, nullptr, ZCCL_FLAG_SYNC) ==
             ZCCL_ERR_UNSUPPORTED,
         "api: huff frames are reported unsupported by the decoder");
-  // huff2 (kind 3, docs/FORMAT.md 4a) is never decoded on the GPU: a frame is
-  // refused as corrupt (an unknown kind to the kernels), split parts as a kind
-  // error, before any output is written
-  zc::make_header(fr.p, table, 3, 3, 100, 0);
-  fr.p[7] = 16;
-  zc::put_u32(fr.p + 28, ~zc::crc_update_bytes(table, 0xFFFFFFFFu, fr.p, 28));
-  check(zccl_decode_frames(g_ctx, 3, fr.p, &off, &cap, &cnt, 1, dst.p, ws2.p, wsn, nullptr, ZCCL_FLAG_SYNC) ==
-            ZCCL_ERR_CORRUPT,
-        "api: huff2 frames are refused by the decoder");
-  check(zccl_decode_split(g_ctx, 3, 3, ws.p, &cnt, ws.p, &cnt, &cnt, &cnt, 1, ws.p, ws.p, 4096, nullptr, 0) ==
-            ZCCL_ERR_KIND,
-        "api: huff2 split parts are refused");
+  // huff2 (kind 3, docs/FORMAT.md 4a) and packed huff2 (kind 4, 4b) are never
+  // decoded on the GPU: a frame is refused as corrupt (an unknown kind to the
+  // kernels), split parts as a kind error, before any output is written
+  for (int kind = 3; kind <= 4; kind++) {
+    zc::make_header(fr.p, table, kind, 3, 100, 0);
+    fr.p[7] = 16;
+    zc::put_u32(fr.p + 28, ~zc::crc_update_bytes(table, 0xFFFFFFFFu, fr.p, 28));
+    check(zccl_decode_frames(g_ctx, 3, fr.p, &off, &cap, &cnt, 1, dst.p, ws2.p, wsn, nullptr, ZCCL_FLAG_SYNC) ==
+              ZCCL_ERR_CORRUPT,
+          kind == 3 ? "api: huff2 frames are refused by the decoder" : "api: packed huff2 frames are refused by the decoder");
+    check(zccl_decode_split(g_ctx, 3, kind, ws.p, &cnt, ws.p, &cnt, &cnt, &cnt, 1, ws.p, ws.p, 4096, nullptr, 0) ==
+              ZCCL_ERR_KIND,
+          kind == 3 ? "api: huff2 split parts are refused" : "api: packed huff2 split parts are refused");
+  }
   // wrong element count
   int64_t other = 101;
   wsn = zccl_decode_workspace_size(3, &other, 1);

@@ -29,6 +29,8 @@ type Decoder struct {
 	keyLen int
 	escLen uint
 	coded  [256]bool // symbols with a code of their own (may not be escaped)
+	// Lens: the width of the records' stream lengths, set by the caller
+	Lens Lens
 }
 
 // DecodeBlock decodes the record at the start of src into out (len(out)
@@ -58,7 +60,7 @@ func (d *Decoder) DecodeBlock(out, src []byte) (int, error) {
 		d.buildLUT()
 		d.keyLen = copy(d.key[:], src[1:1+tl])
 	}
-	starts, err := streamStarts(src, 1+tl)
+	starts, err := streamStarts(src, 1+tl, d.Lens)
 	if err != nil {
 		return 0, err
 	}
@@ -104,17 +106,23 @@ func plainRecord(src []byte, n int) (int, error) {
 	return 0, fmt.Errorf("%w: unknown record mode %d", ErrCorrupt, src[0])
 }
 
-// streamStarts reads the stream header at src[hdr:] of a Huffman record:
-// the offsets in src where its four streams start, and where the last ends.
-func streamStarts(src []byte, hdr int) ([5]int, error) {
+// streamStarts reads the stream header at src[hdr:] of a Huffman record,
+// four lengths of width lens: the offsets in src where its four streams
+// start, and where the last ends.
+func streamStarts(src []byte, hdr int, lens Lens) ([5]int, error) {
 	var starts [5]int
-	if len(src) < hdr+streamHdr {
+	if len(src) < hdr+lens.hdr() {
 		return starts, fmt.Errorf("%w: truncated stream header", ErrCorrupt)
 	}
-	pos := hdr + streamHdr
+	pos := hdr + lens.hdr()
 	starts[0] = pos
 	for k := 0; k < 4; k++ {
-		l := int(binary.LittleEndian.Uint32(src[hdr+4*k:]))
+		var l int
+		if lens == Lens16 {
+			l = int(binary.LittleEndian.Uint16(src[hdr+2*k:]))
+		} else {
+			l = int(binary.LittleEndian.Uint32(src[hdr+4*k:]))
+		}
 		if l > len(src)-pos {
 			return starts, fmt.Errorf("%w: stream %d length %d past end", ErrCorrupt, k, l)
 		}
@@ -125,9 +133,10 @@ func streamStarts(src []byte, hdr int) ([5]int, error) {
 }
 
 // RecordLen is the length of the record of n symbols at the start of src,
-// found from its headers without decoding it (to hand records to decoders
-// on other threads). Decoding it still checks all of it.
-func RecordLen(src []byte, n int) (int, error) {
+// whose stream lengths have width lens, found from its headers without
+// decoding it (to hand records to decoders on other threads). Decoding it
+// still checks all of it.
+func RecordLen(src []byte, n int, lens Lens) (int, error) {
 	if m, err := plainRecord(src, n); err != nil || src[0] != ModeHuff {
 		return m, err
 	}
@@ -136,7 +145,7 @@ func RecordLen(src []byte, n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	starts, err := streamStarts(src, 1+tl)
+	starts, err := streamStarts(src, 1+tl, lens)
 	return starts[4], err
 }
 

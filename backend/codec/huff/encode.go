@@ -18,14 +18,42 @@ type Encoder struct {
 	nlens [257]uint8
 	ecnt  [257]uint32 // exactTable's escape window: counts and lengths
 	elens [257]uint8
+	// Lens: the width of the Huffman records' stream lengths, set by the
+	// caller (the zero value, Lens32, for huff and huff2 frames)
+	Lens  Lens
 	exact bool // the current table is an exact one (AppendExact): every symbol coded
 }
 
 // sampleStride: every sampleStride-th symbol feeds the table histogram.
 const sampleStride = 4
 
-// recHeader is the fixed part of a Huffman record before the table.
-const streamHdr = 16 // four uint32 stream lengths
+// Lens is the width of the four stream lengths after a Huffman record's
+// table: 4 bytes each in huff and huff2 frames, 2 in packed huff2 frames
+// (docs/FORMAT.md 4b), whose records hold at most 2^16 symbols, so a
+// stream at most 2^14 symbols of 18 bits (an escape and its 8 bits):
+// 36864 bytes.
+type Lens uint8
+
+const (
+	Lens32 Lens = iota // uint32 lengths; the zero value
+	Lens16             // uint16 lengths
+)
+
+// hdr is the length of the stream header: four lengths.
+func (l Lens) hdr() int {
+	if l == Lens16 {
+		return 8
+	}
+	return 16
+}
+
+// max is the longest stream the width can state.
+func (l Lens) max() int {
+	if l == Lens16 {
+		return 0xFFFF
+	}
+	return 0xFFFFFFFF
+}
 
 // AppendBlock appends a record coding syms (1 <= len(syms) <= 1<<24) to dst.
 // The record never exceeds 1+len(syms) bytes (it falls back to ModeRaw).
@@ -62,27 +90,36 @@ func (e *Encoder) AppendBlock(dst, syms []byte) []byte {
 	if bits*uint64(n)/uint64(total) >= uint64(8*n) {
 		return appendRaw(dst, syms)
 	}
-	return appendStreams(dst, syms, e.tbuf, &e.ct)
+	return appendStreams(dst, syms, e.tbuf, &e.ct, e.Lens)
 }
 
 // appendStreams appends a Huffman record of syms under the table tbuf
-// (serialized) and ct: the mode, the table, the four streams' lengths and
-// the streams. A record that would grow past len(syms) bytes (a sampled
-// table that fits the block badly) is written raw instead.
-func appendStreams(dst, syms, tbuf []byte, ct *codeTable) []byte {
+// (serialized) and ct: the mode, the table, the four streams' lengths (of
+// width lens) and the streams. A record that would grow past len(syms)
+// bytes (a sampled table that fits the block badly), or a stream longer
+// than lens can state (more symbols than a packed frame's block), is
+// written raw instead.
+func appendStreams(dst, syms, tbuf []byte, ct *codeTable, lens Lens) []byte {
 	n := len(syms)
 	start := len(dst)
 	// worst case: every symbol escaped (MaxCodeLen+8 bits)
-	need := 1 + len(tbuf) + streamHdr + (n*(MaxCodeLen+8)+7)/8 + 4*8
+	need := 1 + len(tbuf) + lens.hdr() + (n*(MaxCodeLen+8)+7)/8 + 4*8
 	dst = growCap(dst, need)
 	dst = append(dst, ModeHuff)
 	dst = append(dst, tbuf...)
 	hdr := len(dst)
-	dst = dst[:hdr+streamHdr]
+	dst = dst[:hdr+lens.hdr()]
 	for k := 0; k < 4; k++ {
 		s0, s1 := k*n>>2, (k+1)*n>>2
 		w := encodeStreamFn(dst[len(dst):cap(dst)], syms[s0:s1], ct)
-		binary.LittleEndian.PutUint32(dst[hdr+4*k:], uint32(w))
+		if w > lens.max() {
+			return appendRaw(dst[:start], syms)
+		}
+		if lens == Lens16 {
+			binary.LittleEndian.PutUint16(dst[hdr+2*k:], uint16(w))
+		} else {
+			binary.LittleEndian.PutUint32(dst[hdr+4*k:], uint32(w))
+		}
 		dst = dst[:len(dst)+w]
 		if len(dst)-start > n {
 			return appendRaw(dst[:start], syms)

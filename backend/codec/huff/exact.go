@@ -27,7 +27,7 @@ const reuseDiv = 256
 // len(syms) - len(syms)*minGain/256 bytes, else a raw record (a run record
 // when all symbols are equal). Records never exceed 1+len(syms) bytes.
 func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
-	return appendRecord(dst, syms, e.decideExact(syms, minGain), e.tbuf, &e.ct)
+	return appendRecord(dst, syms, e.decideExact(syms, minGain), e.tbuf, &e.ct, e.Lens)
 }
 
 // Plan is AppendExact's record, decided but not yet written: its mode and,
@@ -36,12 +36,14 @@ func (e *Encoder) AppendExact(dst, syms []byte, minGain int) []byte {
 // while the Encoder decides the next block's on another.
 type Plan struct {
 	mode byte
+	lens Lens
 	tbuf []byte
 	ct   codeTable
 }
 
 // PlanExact decides the record AppendExact writes for syms, into pl.
 func (e *Encoder) PlanExact(pl *Plan, syms []byte, minGain int) {
+	pl.lens = e.Lens
 	if pl.mode = e.decideExact(syms, minGain); pl.mode == ModeHuff {
 		pl.tbuf = append(pl.tbuf[:0], e.tbuf...)
 		pl.ct = e.ct
@@ -50,7 +52,7 @@ func (e *Encoder) PlanExact(pl *Plan, syms []byte, minGain int) {
 
 // Append appends the record planned for syms.
 func (pl *Plan) Append(dst, syms []byte) []byte {
-	return appendRecord(dst, syms, pl.mode, pl.tbuf, &pl.ct)
+	return appendRecord(dst, syms, pl.mode, pl.tbuf, &pl.ct, pl.lens)
 }
 
 // decideExact returns the mode of AppendExact's record for syms; for
@@ -77,21 +79,21 @@ func (e *Encoder) decideExact(syms []byte, minGain int) byte {
 		bits += uint64(c) * uint64(e.ct.bits[s])
 	}
 	// streams round up to whole bytes: at most 4 more
-	if 1+len(e.tbuf)+streamHdr+int(bits/8)+4 > min(limit, n) {
+	if 1+len(e.tbuf)+e.Lens.hdr()+int(bits/8)+4 > min(limit, n) {
 		return ModeRaw
 	}
 	return ModeHuff
 }
 
 // appendRecord appends a record of syms in mode, a Huffman one under the
-// table tbuf and ct.
-func appendRecord(dst, syms []byte, mode byte, tbuf []byte, ct *codeTable) []byte {
+// table tbuf and ct with stream lengths of width lens.
+func appendRecord(dst, syms []byte, mode byte, tbuf []byte, ct *codeTable, lens Lens) []byte {
 	switch mode {
 	case ModeRLE:
 		return append(dst, ModeRLE, syms[0])
 	case ModeHuff:
 		// the size is known exactly: appendStreams never falls back here
-		return appendStreams(dst, syms, tbuf, ct)
+		return appendStreams(dst, syms, tbuf, ct, lens)
 	}
 	return appendRaw(dst, syms)
 }

@@ -43,6 +43,49 @@ func TestExactRoundTrip(t *testing.T) {
 	}
 }
 
+// TestLens16: records with uint16 stream lengths (packed huff2 frames)
+// decode with a Decoder set to them and differ from uint32 ones only in
+// the stream header; a stream too long for 16 bits makes a raw record.
+func TestLens16(t *testing.T) {
+	var e32, e16 Encoder
+	e16.Lens = Lens16
+	d16 := Decoder{Lens: Lens16}
+	for _, n := range []int{1, 5, 100, 4097, 65536} {
+		for _, syms := range [][]byte{gaussExp(n, 0.02, uint64(n)), geometric(n, 0.6, uint64(n)), bytes.Repeat([]byte{7}, n)} {
+			r32 := e32.AppendExact(nil, syms, 0)
+			r16 := checkRecord(t, &d16, syms, e16.AppendExact(nil, syms, 0))
+			if l, err := RecordLen(r16, n, Lens16); err != nil || l != len(r16) {
+				t.Fatalf("n=%d: RecordLen %d (%v), record %d bytes", n, l, err, len(r16))
+			}
+			if r32[0] != ModeHuff || r16[0] != ModeHuff {
+				if !bytes.Equal(r32, r16) {
+					t.Fatalf("n=%d: raw or run records differ", n)
+				}
+				continue
+			}
+			tl := tableLen(int(r32[2]) + 1)
+			var want []byte
+			want = append(want, r32[:1+tl]...)
+			for k := range 4 {
+				l := int(r32[1+tl+4*k]) | int(r32[2+tl+4*k])<<8 | int(r32[3+tl+4*k])<<16
+				want = append(want, byte(l), byte(l>>8))
+			}
+			want = append(want, r32[1+tl+16:]...)
+			if !bytes.Equal(r16, want) {
+				t.Fatalf("n=%d: uint16 record is not the uint32 one with short lengths", n)
+			}
+		}
+	}
+	// 2^20 symbols of about 3.5 bits: streams of about 115 KB
+	syms := gaussExp(1<<20, 0.02, 9)
+	if r := e32.AppendExact(nil, syms, 0); r[0] != ModeHuff {
+		t.Fatal("uint32 lengths: not coded")
+	}
+	if r := checkRecord(t, &d16, syms, e16.AppendExact(nil, syms, 0)); r[0] != ModeRaw {
+		t.Fatal("uint16 lengths: a stream past 65535 bytes was not stored raw")
+	}
+}
+
 // TestExactModes: one symbol is a run record, uniform bytes stay raw, a
 // skewed plane is coded, and minGain turns a small saving into raw.
 func TestExactModes(t *testing.T) {
@@ -200,7 +243,7 @@ func noEscapeBytes(syms []byte) int {
 	for i, l := range lens {
 		bits += uint64(h[lo+i]) * uint64(l)
 	}
-	return 1 + tableLen(hi-lo+1) + streamHdr + int(bits/8)
+	return 1 + tableLen(hi-lo+1) + Lens32.hdr() + int(bits/8)
 }
 
 // TestExactEscapeWindow: wide tails of rare symbols go through the escape

@@ -45,6 +45,15 @@ func FuzzDecodeBlock(f *testing.F) {
 		}
 		// the four-stream kernel and the portable decoder agree
 		decodeBoth(t, rec, int(n))
+		// read as a packed frame's record (uint16 stream lengths)
+		d16 := Decoder{Lens: Lens16}
+		m, err = d16.DecodeBlock(out, rec)
+		if err == nil && (m <= 0 || m > len(rec)) {
+			t.Fatalf("uint16 lengths: consumed %d of %d", m, len(rec))
+		}
+		if l, lerr := RecordLen(rec, int(n), Lens16); err == nil && (lerr != nil || l != m) {
+			t.Fatalf("uint16 lengths: RecordLen %d (%v), decoded %d", l, lerr, m)
+		}
 	})
 }
 
