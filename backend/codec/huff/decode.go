@@ -181,14 +181,29 @@ func (d *Decoder) buildLUT() {
 	}
 	d.escLen = uint(t.lens[escSym])
 	d.coded = [256]bool{}
+	minLen := MaxCodeLen
 	for i := 0; i < t.nwin; i++ {
 		d.coded[t.lo+i] = t.lens[i] > 0
+		if l := int(t.lens[i]); l > 0 {
+			minLen = min(minLen, l)
+		}
 	}
+	more := lutMore(minLen)
 	if useLUTAsm {
-		fillLUTAVX2(&d.lut, &d.multi)
+		fillLUTAVX2(&d.lut, &d.multi, more)
 	} else {
-		fillLUT(&d.lut, &d.multi)
+		fillLUT(&d.lut, &d.multi, more)
 	}
+}
+
+// lutMore is how many codes after the first can fit in a lookup's
+// MaxCodeLen bits when no symbol's code is shorter than minLen: up to
+// three, none when every code is over half the bits. A lookup table of
+// float16's exponent plane, whose codes are 4 bits or longer, holds at
+// most two symbols an entry, so its fill skips two of its three gathers
+// (buildLUT was 11 % of decoding the demo's float16 weights).
+func lutMore(minLen int) int {
+	return min(3, MaxCodeLen/minLen-1)
 }
 
 // fillLUT sets lut[v] to the decode of up to four codes from the 11 bits of
@@ -196,7 +211,17 @@ func (d *Decoder) buildLUT() {
 // first are done whatever they find (an escape or no code reads as
 // lutInvalid bits, and lengths only add up, so one too long ends the run)
 // and the count comes from comparisons: no branches but the first code's.
-func fillLUT(lut *[lutSize]uint64, m *[lutSize + 2]uint16) {
+// Only more (0..3) lookups follow the first; the others read as no code,
+// which changes no entry's bits, count or symbols when more is lutMore of
+// the shortest code (only the bytes past its count, which no decoder
+// reads).
+func fillLUT(lut *[lutSize]uint64, m *[lutSize + 2]uint16, more int) {
+	at := func(k int, r uint) uint16 { // lookup k after the first, or no code
+		if k > more {
+			return 0
+		}
+		return m[r&lutMask]
+	}
 	for v := range lut {
 		m1 := m[v]
 		l1 := lutInvalid - uint(m1>>8)
@@ -205,13 +230,13 @@ func fillLUT(lut *[lutSize]uint64, m *[lutSize + 2]uint16) {
 			continue
 		}
 		r := uint(v) >> l1
-		m2 := m[r]
+		m2 := at(1, r)
 		l2 := lutInvalid - uint(m2>>8)
 		r >>= l2
-		m3 := m[r&lutMask]
+		m3 := at(2, r)
 		l3 := lutInvalid - uint(m3>>8)
 		r >>= l3
-		m4 := m[r&lutMask]
+		m4 := at(3, r)
 		l4 := lutInvalid - uint(m4>>8)
 		L2, L3 := l1+l2, l1+l2+l3
 		L4 := L3 + l4

@@ -30,7 +30,7 @@ func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
 // fillLUTAVX2 is fillLUT eight entries at a time (AVX2 gathers).
 //
 //go:noescape
-func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16)
+func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16, more int)
 
 // useLUTAsm: buildLUT fills the table with fillLUTAVX2; tests switch it off.
 var useLUTAsm = cpuid.CPU.Supports(cpuid.AVX2)

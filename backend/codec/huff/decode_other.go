@@ -13,6 +13,6 @@ func (d *Decoder) decodeQuad(out, src []byte, starts *[5]int) error {
 // useLUTAsm is false: there is no vector table fill here.
 var useLUTAsm = false
 
-func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16) {
+func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16, more int) {
 	panic("huff: no vector table fill")
 }

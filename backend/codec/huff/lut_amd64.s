@@ -26,16 +26,22 @@ GLOBL lutconst<>(SB), RODATA|NOPTR, $44
 	VPSRLD     $8, M, L \
 	VPSUBD     L, Y12, L
 
-// func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16)
+// NOCODE(M, L): the lanes read as no code (M 0, L lutInvalid).
+#define NOCODE(M, L) \
+	VPXOR   M, M, M \
+	VMOVDQU Y12, L
+
+// func fillLUTAVX2(lut *[lutSize]uint64, m *[lutSize + 2]uint16, more int)
 //
 // fillLUT for eight indices v at a time: Y15 v, Y14 8s, Y13 0xff, Y12
-// lutInvalid, Y11 0xffff. The first code's entries are a plain load (the
-// v are consecutive), the three after it gathers. Each 4-byte gather reads
-// m[i] and m[i+1] (the spare entry at the end keeps the last one in
-// bounds).
-TEXT ·fillLUTAVX2(SB), NOSPLIT, $0-16
+// lutInvalid, Y11 0xffff, R8 more. The first code's entries are a plain
+// load (the v are consecutive), the up to three after it gathers (the
+// ones past more read as no code). Each 4-byte gather reads m[i] and
+// m[i+1] (the spare entry at the end keeps the last one in bounds).
+TEXT ·fillLUTAVX2(SB), NOSPLIT, $0-24
 	MOVQ         lut+0(FP), DI
 	MOVQ         m+8(FP), SI
+	MOVQ         more+16(FP), R8
 	VMOVDQU      lutconst<>+0(SB), Y15
 	VPBROADCASTD lutconst<>+32(SB), Y14
 	VPBROADCASTD lutconst<>+36(SB), Y12
@@ -51,11 +57,29 @@ loop:
 	VPSUBD    Y2, Y12, Y2
 	ADDQ      $16, BX
 	VPSRLVD   Y2, Y15, Y0 // r = v >> l1
+	CMPQ      R8, $1
+	JLT       none1
 	GATHER(Y0, Y3, Y4)
 	VPSRLVD  Y4, Y0, Y0
+	CMPQ     R8, $2
+	JLT      none2
 	GATHER(Y0, Y5, Y6)
 	VPSRLVD  Y6, Y0, Y0
+	CMPQ     R8, $3
+	JLT      none3
 	GATHER(Y0, Y7, Y8)
+	JMP      fit
+
+none1:
+	NOCODE(Y3, Y4)
+
+none2:
+	NOCODE(Y5, Y6)
+
+none3:
+	NOCODE(Y7, Y8)
+
+fit:
 
 	// okK (all ones) when the first K codes fit: keep lK, count -okK
 	VPADDD   Y2, Y4, Y0

@@ -146,15 +146,66 @@ func TestFillLUT(t *testing.T) {
 		ms = append(ms, m)
 	}
 	for i := range ms {
-		var a, b [lutSize]uint64
-		fillLUT(&a, &ms[i])
-		fillLUTAVX2(&b, &ms[i])
-		if a != b {
-			for v := range a {
-				if a[v] != b[v] {
-					t.Fatalf("table %d, v=%d: vector %#x, Go %#x", i, v, b[v], a[v])
+		for more := 0; more <= 3; more++ {
+			var a, b [lutSize]uint64
+			fillLUT(&a, &ms[i], more)
+			fillLUTAVX2(&b, &ms[i], more)
+			if a != b {
+				for v := range a {
+					if a[v] != b[v] {
+						t.Fatalf("table %d, more=%d, v=%d: vector %#x, Go %#x", i, more, v, b[v], a[v])
+					}
 				}
 			}
 		}
+	}
+}
+
+// TestLUTMore: a table filled with lutMore of its shortest code decodes
+// like the full fill: every entry's bits, count and counted symbols agree.
+func TestLUTMore(t *testing.T) {
+	var e Encoder
+	var recs [][]byte
+	for i, sigma := range []float64{0.001, 0.02, 1} { // shortest codes 1 and 2 bits
+		recs = append(recs, e.AppendBlock(nil, gaussExp(5000, sigma, uint64(i))), e.AppendExact(nil, geometric(5000, 0.6, uint64(i)), 0))
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, k := range []int{6, 8, 12, 16, 24, 40, 64, 100, 200} { // k values about equally likely: 3 to 8 bits
+		syms := make([]byte, 20000)
+		for j := range syms {
+			syms[j] = byte(30 + r.IntN(k))
+		}
+		recs = append(recs, e.AppendExact(nil, syms, 0))
+	}
+	seen := map[int]bool{}
+	for _, rec := range recs {
+		var d Decoder
+		if rec[0] != ModeHuff {
+			continue
+		}
+		if _, err := parseTable(rec[1:], &d.t); err != nil {
+			t.Fatal(err)
+		}
+		d.buildLUT()
+		minLen := MaxCodeLen
+		for j := 0; j < d.t.nwin; j++ {
+			if l := int(d.t.lens[j]); l > 0 {
+				minLen = min(minLen, l)
+			}
+		}
+		var full [lutSize]uint64
+		fillLUT(&full, &d.multi, 3)
+		for v := range full {
+			a, b := full[v], d.lut[v]
+			n := a >> lutCountShift & 7
+			keep := uint64(1)<<(lutSymShift+8*n) - 1 // bits, count and the counted symbols
+			if a&keep != b&keep {
+				t.Fatalf("shortest code %d, v=%d: %#x, full fill %#x", minLen, v, b, a)
+			}
+		}
+		seen[lutMore(minLen)] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("tables cover more = %v, want 0 to 3", seen)
 	}
 }
