@@ -501,6 +501,10 @@ def test_ratio_goals_gaussian_bf16():
     assert abs(zc.estimate_ratio(t, "zip3") - z) / z < 0.03
     assert abs(zc.estimate_ratio(t, "huff") - h) / h < 0.03
     assert zc.estimate_ratio(t, "raw") <= 1.0
+    # huff2 and auto (which picks huff2 here) are estimated too, not as raw
+    for c in ("huff2", "auto"):
+        r = zc.inspect(zc.compress(t, c)).ratio
+        assert abs(zc.estimate_ratio(t, c) - r) / r < 0.03, (c, zc.estimate_ratio(t, c), r)
 
 
 def test_estimate_ratio_other_inputs():
@@ -669,3 +673,4 @@ def test_huff2_codes_the_bytes_under_the_exponent():
     r_huff = zc.inspect(roundtrip(t, "huff")).ratio
     r_huff2 = zc.inspect(roundtrip(t, "huff2")).ratio
     assert r_huff2 > 1.5 * r_huff, (r_huff, r_huff2)
+    assert abs(zc.estimate_ratio(t, "huff2") - r_huff2) / r_huff2 < 0.03, (zc.estimate_ratio(t, "huff2"), r_huff2)

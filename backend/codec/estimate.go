@@ -34,7 +34,8 @@ func gather(src []byte, size, numel int, buf *sampleBuf) ([]byte, int) {
 }
 
 // EstimateRatio returns a cheap estimate (from a sample of at most 4096
-// elements) of the ratio len(src) / frame length that kind k would reach,
+// elements) of the ratio len(src) / frame length that kind k would reach
+// (any kind: huff2's per byte plane),
 // for the adaptive switcher. Raw and uncoded dtypes estimate the raw frame.
 // Auto estimates the kind ChooseKind picks.
 func EstimateRatio(src []byte, dt dtype.DType, k Kind) float64 {
@@ -61,6 +62,8 @@ func EstimateRatio(src []byte, dt dtype.DType, k Kind) float64 {
 		bits = zip3Bits(s, f, m)
 	case Huff:
 		bits = huffBits(s, f, m)
+	case Huff2, Huff2Packed:
+		bits = huff2Bits(s, f, m)
 	default:
 		return 1 / over
 	}
@@ -104,6 +107,38 @@ func huffBits(s []byte, f zip3.Format, m int) float64 {
 	}
 	b := float64(huff.Bits(&hist)) / float64(m)
 	return float64(8*f.ElemSize()-8) + b*1.005 + 0.01
+}
+
+// huff2Bits estimates huff2 bits per element of the sample: each byte
+// plane's Huffman code length (plane 0's always, the others' where they
+// save huff2MinGain, as the encoder decides), with huffBits's margin.
+func huff2Bits(s []byte, f zip3.Format, m int) float64 {
+	var hist [4][256]uint32
+	for i := 0; i < m; i++ {
+		switch f {
+		case zip3.BF16, zip3.FP16:
+			v := binary.LittleEndian.Uint16(s[2*i:])
+			hist[0][byte(v>>7)]++
+			hist[1][byte(v>>8&0x80|v&0x7f)]++
+		case zip3.FP32:
+			v := binary.LittleEndian.Uint32(s[4*i:])
+			hist[0][byte(v>>23)]++
+			hist[1][byte(v>>24&0x80|v>>16&0x7f)]++
+			hist[2][byte(v>>8)]++
+			hist[3][byte(v)]++
+		default:
+			hist[0][s[i]]++
+		}
+	}
+	var bits float64
+	for p := range huff2Planes(f) {
+		b := float64(huff.Bits(&hist[p]))/float64(m)*1.005 + 0.01
+		if p > 0 && b > 8-8*huff2MinGain/256.0 {
+			b = 8 // stored raw
+		}
+		bits += min(b, 8)
+	}
+	return bits
 }
 
 // ChooseKind is Auto's rule: Raw for uncoded dtypes or when neither coder is

@@ -116,9 +116,11 @@ func TestEstimateRatio(t *testing.T) {
 		{dtype.Float16, gauss(dtype.Float16, n, 0.1, 5), Huff},
 		{dtype.BFloat16, randomBytes(2*n, 5), Raw},
 		{dtype.Int32, randomBytes(4*n, 5), Raw},
+		{dtype.Float32, fp16Valued(n, 5), Zip3}, // huff2 codes two more planes; auto weighs zip3 and huff only
+		{dtype.Float8E4M3FN, gauss(dtype.Float8E4M3FN, n, 1, 5), Huff},
 	}
 	for _, c := range cases {
-		for _, k := range []Kind{Raw, Zip3, Huff} {
+		for _, k := range []Kind{Raw, Zip3, Huff, Huff2, Huff2Packed} {
 			est := EstimateRatio(c.src, c.dt, k)
 			var e Encoder
 			f, _ := e.Encode(nil, c.src, c.dt, k)
