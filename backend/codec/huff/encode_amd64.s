@@ -30,7 +30,10 @@
 // func encodeStreamBMI2(out, syms *byte, n int, ct *codeTable) int
 //
 // Codes of at most MaxCodeLen (11) bits go five to a flush (7 + 55 bits
-// fit the buffer), wide tables' (escapes: up to 18 bits) three.
+// fit the buffer). Wide tables' (escapes: up to 18 bits) go five to a flush
+// too when the five fit in 63 bits, which all but the rare group with
+// escapes and long codes do; the others are undone (R11 and R12 keep the
+// buffer and its count) and go three to a flush (7 + 54 bits).
 TEXT ·encodeStreamBMI2(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DI
 	MOVQ syms+8(FP), SI
@@ -59,18 +62,36 @@ loop5:
 	JMP  tail
 
 wide:
-	CMPQ CX, $3
+	CMPQ CX, $5
 	JB   tail
-	LEAQ -3(R9), R10
+	LEAQ -5(R9), R10
 
-loop3:
+wloop5:
+	MOVQ DX, R11
+	MOVQ BX, R12
+	ADDSYM(0)
+	ADDSYM(1)
+	ADDSYM(2)
+	ADDSYM(3)
+	ADDSYM(4)
+	CMPQ BX, $63
+	JA   wslow
+	ADDQ $5, SI
+	FLUSH
+	CMPQ SI, R10
+	JBE  wloop5
+	JMP  tail
+
+wslow:
+	MOVQ R11, DX
+	MOVQ R12, BX
 	ADDSYM(0)
 	ADDSYM(1)
 	ADDSYM(2)
 	ADDQ $3, SI
 	FLUSH
 	CMPQ SI, R10
-	JBE  loop3
+	JBE  wloop5
 
 tail:
 	CMPQ SI, R9

@@ -97,26 +97,50 @@ func TestAdversary(t *testing.T) {
 
 func TestStreamKernels(t *testing.T) {
 	var e Encoder
-	for _, n := range []int{0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 100, 4097} {
+	wideGroups := 0
+	for _, c := range []struct{ n, every int }{
+		{0, 7}, {1, 7}, {2, 7}, {3, 7}, {4, 7}, {5, 7}, {6, 7}, {7, 7}, {9, 7}, {10, 7}, {11, 7}, {100, 7}, {4097, 7},
+		// escapes close together: groups of five too long for one flush
+		{4097, 2}, {4097, 3}, {1000, 1},
+	} {
+		n := c.n
 		s := gaussExp(n, 0.3, uint64(n))
-		for i := 0; i < n; i += 7 {
+		var narrow [256]uint32 // the Gaussian symbols only
+		for _, v := range s {
+			narrow[v]++
+		}
+		for i := 0; i < n; i += c.every {
 			s[i] = byte(i) // escapes too
 		}
 		e.hist = [256]uint32{}
 		for _, v := range s {
 			e.hist[v]++
 		}
-		// a sampled table (escapes: wide codes) and, where there are two
-		// symbols or more, an exact one (codes of at most 11 bits)
+		// a sampled table and, where there are two symbols or more, an
+		// exact one (codes of at most 11 bits)
 		e.Reset()
 		e.chooseTable(0, 255)
 		tables := []codeTable{e.ct}
-		if n > 1 {
+		if c.every < 7 {
+			// a sampled table of the Gaussian symbols' window, which
+			// escapes the others (escape code and 8 bits: wide codes)
+			e.hist = narrow
+			lo, hi := 255, 0
+			for v, k := range narrow {
+				if k > 0 {
+					lo, hi = min(lo, v), max(hi, v)
+				}
+			}
+			e.Reset()
+			e.chooseTable(lo, hi)
+			tables = []codeTable{e.ct}
+		} else if n > 1 {
 			e.Reset()
 			e.exactTable(0, 255, uint32(len(s)))
 			tables = append(tables, e.ct)
 		}
 		for _, ct := range tables {
+			wideGroups += groupsPastFlush(s, &ct)
 			out1 := make([]byte, n*3+16)
 			out2 := make([]byte, n*3+16)
 			w1 := encodeStream(out1, s, &ct)
@@ -126,6 +150,33 @@ func TestStreamKernels(t *testing.T) {
 			}
 		}
 	}
+	if isAsm && wideGroups == 0 {
+		t.Fatal("no group of five codes too long for one flush: the assembly's three-code path went untested")
+	}
+}
+
+// groupsPastFlush counts the groups of five codes that encodeStreamBMI2
+// must take three at a time (more than 63 bits with the bits left over)
+// when syms is coded under a wide table ct.
+func groupsPastFlush(syms []byte, ct *codeTable) int {
+	if !ct.wide {
+		return 0
+	}
+	groups, left := 0, uint32(0)
+	for i := 0; i+5 <= len(syms); {
+		sum := left
+		for _, v := range syms[i : i+5] {
+			sum += ct.bits[v]
+		}
+		if sum <= 63 {
+			left, i = sum&7, i+5
+			continue
+		}
+		groups++
+		sum = left + ct.bits[syms[i]] + ct.bits[syms[i+1]] + ct.bits[syms[i+2]]
+		left, i = sum&7, i+3
+	}
+	return groups
 }
 
 func TestHistogramKernels(t *testing.T) {
