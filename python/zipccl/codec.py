@@ -21,9 +21,8 @@ Codecs:
   CPU only: collectives never use it. Containers written before the packed
   frame existed (aligned huff2 frames) still decode, and read as "huff2".
 * ``"raw"``: the bytes as they are, with the same framing and CRCs.
-* ``"auto"``: the best ratio: the coding kinds are tried on a sample of the
-  tensor (the whole of a small one) and the smallest wins; see "auto here
-  and in collectives" below.
+* ``"auto"``: the best ratio: huff2, or on a small tensor whichever kind
+  codes it smallest; see "auto here and in collectives" below.
 
 bfloat16, float16, float32, float8_e4m3fn and float8_e5m2 are coded; every
 other supported dtype (float64, integers, bool) is stored raw whatever codec
@@ -33,13 +32,12 @@ is asked for. Any output is at most the raw size plus a small header
 auto here and in collectives: the Python API is for checkpoints and
 storage, where bytes saved outlast the time spent, so its auto takes the
 best ratio among the coding kinds, every one of which encodes faster than
-ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). It decides by encoding
-a sample with each kind and keeping the smallest (8 runs spread over the
-tensor, each 1/512 of it, between 4096 and 65536 elements, where huff is
-not tried: huff2 codes its byte at least as well; the whole tensor up to
-65536 elements, with every kind), which costs 1 to 5 % of a huff2 encode
-of 2^21 or 2^23 Gaussian bf16 or fp16 elements (benchmarks/RESULTS.md o3),
-and more of a smaller tensor's (the sample has 32768 elements at least). Inside
+ZipNN 0.5.4 on one thread (benchmarks/RESULTS.md). A tensor of up to 65536
+elements is encoded with every kind and the smallest output kept; a larger
+one is coded huff2, which was the smallest on every tensor tried (its
+per-block tables code the exponent in no more bits than zip3's or huff's
+codes, and its packed frame is smaller than raw's even where nothing
+codes; ``_auto_pick``). Inside
 collectives the adaptive switcher keeps the Go codec's own auto
 (``ChooseKind``: a 4096-element estimate that prefers zip3 within 3% of
 huff's ratio), because there the coding time is on the critical path and
@@ -181,8 +179,8 @@ def compress(tensor: torch.Tensor, codec: str = "auto", *, threads: int | None =
         tensor: any dense CPU tensor of a supported dtype (see ``DTYPES``),
             of any shape (0-d and empty included), contiguous or not (a
             non-contiguous tensor is copied to a contiguous one first).
-        codec: ``"auto"`` (default: the smallest output of the coding
-            kinds, decided on a sample; see the module docstring),
+        codec: ``"auto"`` (default: the best ratio, huff2 but on small
+            tensors; see the module docstring),
             ``"zip3"``, ``"huff"``, ``"huff2"`` or ``"raw"``.
         threads: how many threads code the tensor: None (default) one
             per CPU this process may run on, N at most N. The output is the
@@ -319,85 +317,57 @@ def _advise_huge_pages(ptr: int, nbytes: int) -> None:
         pass
 
 
-# auto's sample: _AUTO_RUNS runs spread evenly over the tensor, each of
-# 1/_AUTO_RUN_DIV of it, at least _AUTO_MIN_RUN and at most _AUTO_RUN
-# elements (one huff block, so blocks' fixed costs weigh as in the whole
-# tensor): 2^15 elements of a tensor of up to 2^21, a sixty-fourth of one
-# of up to 2^25, 2^19 elements of a larger one. Runs were 1/128 (a
-# sixteenth of a mid-size tensor) until the trial was 8% of auto's encode
-# of the demo's 1.9 M float16 weights; the smaller sample picks the same
-# kind on every tensor of the codec benchmark, where the kinds' outputs
-# differ by 2% or more (benchmarks/RESULTS.md o3).
-_AUTO_RUN = 1 << 16
-_AUTO_MIN_RUN = 1 << 12
-_AUTO_RUNS = 8
-_AUTO_RUN_DIV = 512
-# Up to this many elements the trial encodes the whole tensor and keeps the
-# smallest output (no sample error, well under a millisecond per kind).
-_AUTO_WHOLE = _AUTO_RUN
+# Up to this many elements auto encodes the whole tensor with raw and every
+# coding kind and keeps the smallest output (well under a millisecond per
+# kind).
+_AUTO_WHOLE = 1 << 16
 
 
-# Kinds a sampled trial skips: huff2 codes the exponent byte as huff does
-# (with exact tables) and adds only what saves, and was the smaller of the
-# two on every tensor of the codec benchmark (by 0.02% to 2.9%,
-# benchmarks/RESULTS.md o2); trying huff too took a third of the trial
-# (0.11 of 0.28 ms on the demo's 1.9 M bf16 weights). A tensor tried whole
-# tries every kind.
-_AUTO_SAMPLED_SKIP = ("huff",)
-
-
-def _auto_kinds(sampled: bool) -> list[int]:
-    """The coding kinds auto tries, fastest first (their ABI codes rise with
-    cost): every kind in _KIND_CODES but raw and auto, so a kind added to
-    the table is tried as soon as it is there; on a sample, not those of
-    _AUTO_SAMPLED_SKIP."""
-    skip = ("raw", "auto") + (_AUTO_SAMPLED_SKIP if sampled else ())
-    return sorted(c for n, c in _KIND_CODES.items() if n not in skip)
+def _auto_kinds() -> list[int]:
+    """The coding kinds auto tries on a small tensor, fastest first (their
+    ABI codes rise with cost): every kind in _KIND_CODES but raw and auto,
+    so a kind added to the table is tried as soon as it is there."""
+    return sorted(c for n, c in _KIND_CODES.items() if n not in ("raw", "auto"))
 
 
 def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
-    """(kind code, None) for auto on t; or (kind, its container) when the
-    trial already encoded the whole tensor. Uncoded dtypes and empty tensors
-    go to the Go codec's auto, which frames them raw."""
+    """(kind code, None) for auto on t; or (kind, its container) when it
+    encoded the whole tensor. Uncoded dtypes and empty tensors go to the Go
+    codec's auto, which frames them raw.
+
+    A tensor of more than _AUTO_WHOLE elements is coded huff2 without a
+    trial. Its tables are optimal length-limited codes of each block's own
+    histogram, so they code the exponent in no more bits than zip3's fixed
+    code or huff's sampled tables, and it codes the bytes under it only
+    where they save; its packed frame is smaller than raw's even where
+    nothing codes. On every tensor tried it was the smallest: 2 % (float32)
+    to 86 % (float8 of tiny values) below zip3 on float data, 128 to 176
+    bytes below it on random bits (benchmarks/results/auto-huff2/
+    zip3-vs-huff2.log), and below huff (RESULTS.md o2). The trial it replaces (raw, zip3 and huff2 on 8 runs
+    of the tensor) picked huff2 on every tensor of the codec benchmark and
+    took 62 us of the 0.63 ms of auto on the demo's float16 activations."""
     C = _C()
     if t.dtype not in CODED_DTYPES or t.numel() == 0:
         return _KIND_CODES["auto"], None
-    flat = t.reshape(-1)
-    whole = flat.numel() <= _AUTO_WHOLE
-    if whole:
-        sample = t
-    else:
-        # Gathered with memmove: torch's copies of these sizes go to its
-        # intra-op thread pool, which took 100+ ms on a busy 2-core machine.
-        flat = flat.contiguous()
-        n, size = flat.numel(), flat.element_size()
-        run = min(_AUTO_RUN, max(_AUTO_MIN_RUN, n // _AUTO_RUN_DIV))
-        stride = n // _AUTO_RUNS
-        sample = torch.empty(_AUTO_RUNS * run, dtype=flat.dtype)
-        dst, src = sample.data_ptr(), flat.data_ptr()
-        for i in range(_AUTO_RUNS):
-            ctypes.memmove(dst + i * run * size, src + i * stride * size, run * size)
+    if t.numel() > _AUTO_WHOLE:
+        return _KIND_CODES["huff2"], None
     # raw first: a coding kind must beat it (on random bits huff can write
     # a frame of raw blocks exactly as long as raw's). One thread each: the
-    # sample is small, and a thread pool over the kinds cost more than it
+    # tensor is small, and a thread pool over the kinds cost more than it
     # saved on 2 cores.
     best_kind = _KIND_CODES["raw"]
-    best_data, _ = C._codec_encode(sample, best_kind, 1)
+    best_data, _ = C._codec_encode(t, best_kind, 1)
     raw_len = len(best_data)
-    for kind in _auto_kinds(not whole):
+    for kind in _auto_kinds():
         try:
-            data, used = C._codec_encode(sample, kind, 1)
+            data, used = C._codec_encode(t, kind, 1)
         except ValueError:
             continue  # a kind this dtype does not have
         # Strictly smaller than raw; a tie among coding kinds goes to the
-        # later one, whose extra coding only ever saves bytes: zip3 and huff
-        # frames pad to 128 bytes, so on a sample huff2's few saved bytes
-        # could tie with huff while they add up over a whole model (MiniLM
-        # fp32 file, aligned huff2: 74455259 bytes with ties to huff,
-        # 74451547 all huff2).
+        # later one, whose extra coding only ever saves bytes.
         if used != _KIND_CODES["raw"] and len(data) < raw_len and len(data) <= len(best_data):
             best_kind, best_data = kind, data
-    return best_kind, (best_data if whole else None)
+    return best_kind, best_data
 
 
 def _as_buffer(data: BytesLike, what: str) -> BytesLike:
@@ -538,10 +508,10 @@ def estimate_ratio(tensor: torch.Tensor, codec: str = "zip3") -> float:
 
 
 def choose_codec(tensor: torch.Tensor) -> str:
-    """The codec ``compress(tensor, "auto")`` writes: the coding kind with
-    the smallest output on auto's sample, or "raw" (uncoded dtypes, empty
-    tensors, or when no kind shrinks the sample). Costs a trial encode of
-    the sample with each kind."""
+    """The codec ``compress(tensor, "auto")`` writes: "huff2" for a coded
+    dtype above 65536 elements; for a smaller tensor the coding kind with
+    the smallest output, or "raw" when none shrinks it (a trial encode with
+    each kind); "raw" for uncoded dtypes and empty tensors."""
     t = _check_tensor(tensor, "choose_codec")
     kind, _ = _auto_pick(t)
     if kind == _KIND_CODES["auto"]:
