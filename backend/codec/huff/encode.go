@@ -47,13 +47,9 @@ func (l Lens) hdr() int {
 	return 16
 }
 
-// max is the longest stream the width can state.
-func (l Lens) max() int {
-	if l == Lens16 {
-		return 0xFFFF
-	}
-	return 0xFFFFFFFF
-}
+// fits reports whether a stream of w bytes can be stated (uint32: any of
+// a record's, which holds at most 2^24 symbols).
+func (l Lens) fits(w int) bool { return l != Lens16 || w <= 0xFFFF }
 
 // AppendBlock appends a record coding syms (1 <= len(syms) <= 1<<24) to dst.
 // The record never exceeds 1+len(syms) bytes (it falls back to ModeRaw).
@@ -112,7 +108,7 @@ func appendStreams(dst, syms, tbuf []byte, ct *codeTable, lens Lens) []byte {
 	for k := 0; k < 4; k++ {
 		s0, s1 := k*n>>2, (k+1)*n>>2
 		w := encodeStreamFn(dst[len(dst):cap(dst)], syms[s0:s1], ct)
-		if w > lens.max() {
+		if !lens.fits(w) {
 			return appendRaw(dst[:start], syms)
 		}
 		if lens == Lens16 {
