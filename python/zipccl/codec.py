@@ -343,9 +343,10 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
     nothing codes. On every tensor tried it was the smallest: 2 % (float32)
     to 86 % (float8 of tiny values) below zip3 on float data, 128 to 176
     bytes below it on random bits (benchmarks/results/auto-huff2/
-    zip3-vs-huff2.log), and below huff (RESULTS.md o2). The trial it replaces (raw, zip3 and huff2 on 8 runs
-    of the tensor) picked huff2 on every tensor of the codec benchmark and
-    took 62 us of the 0.63 ms of auto on the demo's float16 activations."""
+    zip3-vs-huff2.log), and below huff (RESULTS.md o2). The trial it
+    replaces (raw, zip3 and huff2 on 8 runs of the tensor) picked huff2 on
+    every tensor of the codec benchmark (RESULTS.md o10) and took 62 us of
+    the 0.63 ms of auto on the demo's float16 activations."""
     C = _C()
     if t.dtype not in CODED_DTYPES or t.numel() == 0:
         return _KIND_CODES["auto"], None
