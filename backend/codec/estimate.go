@@ -34,9 +34,8 @@ func gather(src []byte, size, numel int, buf *sampleBuf) ([]byte, int) {
 }
 
 // EstimateRatio returns a cheap estimate (from a sample of at most 4096
-// elements) of the ratio len(src) / frame length that kind k would reach
-// (any kind: huff2's per byte plane),
-// for the adaptive switcher. Raw and uncoded dtypes estimate the raw frame.
+// elements) of the ratio len(src) / frame length that kind k would reach,
+// for the adaptive switcher and zipccl.codec.estimate_ratio. Raw and uncoded dtypes estimate the raw frame.
 // Auto estimates the kind ChooseKind picks.
 func EstimateRatio(src []byte, dt dtype.DType, k Kind) float64 {
 	if !dt.Valid() || len(src) < dt.Size() {
@@ -105,34 +104,40 @@ func huffBits(s []byte, f zip3.Format, m int) float64 {
 			hist[v]++
 		}
 	}
-	b := float64(huff.Bits(&hist)) / float64(m)
-	return float64(8*f.ElemSize()-8) + b*1.005 + 0.01
+	return float64(8*f.ElemSize()-8) + sampledBits(&hist, m)
+}
+
+// sampledBits is the Huffman code length per symbol of a sample's
+// histogram (m symbols), plus a small margin for the table and a sampled
+// table's loss.
+func sampledBits(hist *[256]uint32, m int) float64 {
+	return float64(huff.Bits(hist))/float64(m)*1.005 + 0.01
 }
 
 // huff2Bits estimates huff2 bits per element of the sample: each byte
-// plane's Huffman code length (plane 0's always, the others' where they
-// save huff2MinGain, as the encoder decides), with huffBits's margin.
+// plane (cut as the encoder cuts them) at its Huffman code length, plane
+// 0 always, the others where they save huff2MinGain, as the encoder
+// decides.
 func huff2Bits(s []byte, f zip3.Format, m int) float64 {
-	var hist [4][256]uint32
-	for i := 0; i < m; i++ {
-		switch f {
-		case zip3.BF16, zip3.FP16:
-			v := binary.LittleEndian.Uint16(s[2*i:])
-			hist[0][byte(v>>7)]++
-			hist[1][byte(v>>8&0x80|v&0x7f)]++
-		case zip3.FP32:
-			v := binary.LittleEndian.Uint32(s[4*i:])
-			hist[0][byte(v>>23)]++
-			hist[1][byte(v>>24&0x80|v>>16&0x7f)]++
-			hist[2][byte(v>>8)]++
-			hist[3][byte(v)]++
-		default:
-			hist[0][s[i]]++
-		}
+	var pl [4][estChunks * estRun]byte
+	switch f {
+	case zip3.BF16, zip3.FP16:
+		splitBF16(pl[1][:m], pl[0][:m], s[:2*m])
+	case zip3.FP32:
+		var r16 [2 * estChunks * estRun]byte
+		var hi []byte
+		splitFP32(pl[1][:m], r16[:2*m], pl[0][:m], s[:4*m], &hi)
+		splitFP16(pl[3][:m], pl[2][:m], r16[:2*m])
+	default:
+		copy(pl[0][:m], s)
 	}
 	var bits float64
 	for p := range huff2Planes(f) {
-		b := float64(huff.Bits(&hist[p]))/float64(m)*1.005 + 0.01
+		var hist [256]uint32
+		for _, v := range pl[p][:m] {
+			hist[v]++
+		}
+		b := sampledBits(&hist, m)
 		if p > 0 && b > 8-8*huff2MinGain/256.0 {
 			b = 8 // stored raw
 		}

@@ -345,8 +345,9 @@ def _auto_pick(t: torch.Tensor) -> tuple[int, bytes | None]:
     bytes below it on random bits (benchmarks/results/auto-huff2/
     zip3-vs-huff2.log), and below huff (RESULTS.md o2). The trial it
     replaces (raw, zip3 and huff2 on 8 runs of the tensor) picked huff2 on
-    every tensor of the codec benchmark (RESULTS.md o10) and took 62 us of
-    the 0.63 ms of auto on the demo's float16 activations."""
+    every tensor of the codec benchmark (RESULTS.md o10) and made auto on
+    the demo's float16 activations take 0.62 to 0.65 ms against huff2's
+    0.55 (benchmarks/results/auto-huff2/auto-probe.log)."""
     C = _C()
     if t.dtype not in CODED_DTYPES or t.numel() == 0:
         return _KIND_CODES["auto"], None
