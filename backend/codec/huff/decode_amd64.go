@@ -12,12 +12,26 @@ import (
 // quadState is the state of the four streams of a record between calls of
 // decodeQuadBMI2: q is the address of each stream's next bit (byte address
 // *8 + bit), p of its next output byte; stuck[k] is 1 when stream k stopped
-// at an entry without symbols (an escape or a bad code).
+// at an entry without symbols that the kernel could not decode (no code, or
+// an escape it leaves to Go). The kernel decodes escapes with single and
+// coded, and fills no buffer from past lim (the address of the source's
+// last 8 bytes).
 type quadState struct {
-	q     [4]uintptr
-	p     [4]uintptr
-	stuck [4]uint8
+	q      [4]uintptr
+	p      [4]uintptr
+	stuck  [4]uint8
+	single *[lutSize]uint16
+	coded  *[256]bool
+	lim    uintptr
 }
+
+// decode_amd64.s reads quadState's fields at fixed offsets.
+var (
+	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.stuck)-64]
+	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.single)-72]
+	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.coded)-80]
+	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.lim)-88]
+)
 
 // decodeQuadBMI2 decodes up to groups rounds of five lookups in each of the
 // four streams, interleaved, and returns early after a round in which a
@@ -55,29 +69,46 @@ func (d *Decoder) decodeQuad(out, src []byte, starts *[5]int) error {
 	}
 	o[4] = n
 	for {
-		// each round takes <= 55 bits (so the next reads <= 7 bytes on)
-		// and writes <= 20 symbols
-		g := len(src)
+		// each round takes <= 55 bits (so the next reads <= 7 bytes on;
+		// an escape checks its own fill against lim) and writes <= 20
+		// symbols
+		g, live := len(src), -1
+		var done [4]bool
 		for k := 0; k < 4; k++ {
-			g = min(g, (o[k+1]-p[k])/20)
+			gk := (o[k+1] - p[k]) / 20
 			if r := len(src) - 8 - q[k]>>3; r >= 0 {
-				g = min(g, r/7+1)
+				gk = min(gk, r/7+1)
 			} else {
-				g = 0
+				gk = 0
+			}
+			if done[k] = gk <= 0; !done[k] {
+				g, live = min(g, gk), k
 			}
 		}
-		if g <= 0 {
+		if live < 0 {
 			break
 		}
-		// the addresses live only for the call (no stack move in between)
-		var st quadState
+		// the addresses live only for the call (no stack move in between).
+		// A stream without room for a round mirrors a live one: the same
+		// lookups, the same bytes stored at the same places, ignored after;
+		// streams of one record can end far apart (a quarter of short codes
+		// beside one of long ones), and the rest is left to the kernel, not
+		// to finishStream.
 		sb, ob := uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&out[0]))
+		st := quadState{single: &d.single, coded: &d.coded, lim: sb + uintptr(len(src)-8)}
 		for k := 0; k < 4; k++ {
-			st.q[k] = sb*8 + uintptr(q[k])
-			st.p[k] = ob + uintptr(p[k])
+			m := k
+			if done[k] {
+				m = live
+			}
+			st.q[k] = sb*8 + uintptr(q[m])
+			st.p[k] = ob + uintptr(p[m])
 		}
 		decodeQuadBMI2(&st, &d.lut, g)
 		for k := 0; k < 4; k++ {
+			if done[k] {
+				continue
+			}
 			q[k] = int(st.q[k] - sb*8)
 			p[k] = int(st.p[k] - ob)
 			if st.stuck[k] == 0 {

@@ -4,7 +4,7 @@
 
 // Registers: R8..R11 the bit buffers of streams 0..3, R12..R15 their output
 // pointers, DI the lookup table, SI the quadState, CX = 11 (BZHI's index),
-// DX the rounds left, AX and BX scratch.
+// DX the rounds left, AX and BX scratch (ESCAPE borrows CX and restores it).
 //
 // A buffer is filled from its stream's bit address q: the 8 bytes at q>>3
 // with bit 63 set as a sentinel, shifted down by q&7, so it holds >= 56
@@ -36,9 +36,11 @@
 // LOOKUP(B, P) decodes the entry under the low 11 bits of B: drops its bits
 // from B (the dependency chain: index, load, shift), stores its symbols (4
 // bytes, only count of them meant) at P and advances P by the count. An
-// entry of 0 changes nothing. The symbols and the count are loaded again
-// from the entry rather than shifted out of it: loads have ports to spare,
-// the shift ports are the kernel's bottleneck.
+// entry of 0 (an escape, or no code) changes nothing, so the stream's later
+// lookups in the round find it again and LAST deals with it: no test here,
+// where every uop counts. The symbols and the count are loaded again from
+// the entry rather than shifted out of it: loads have ports to spare, the
+// shift ports are the kernel's bottleneck.
 #define LOOKUP(B, P) \
 	BZHIQ   CX, B, AX \
 	MOVQ    (DI)(AX*8), BX \
@@ -48,9 +50,10 @@
 	MOVBQZX 3(DI)(AX*8), BX \
 	ADDQ    BX, P
 
-// LAST(B, P, K) is LOOKUP that records in stuck[K] whether the stream
-// stopped (an entry of 0 repeats until Go steps over it).
-#define LAST(B, P, K) \
+// LAST(B, P, K, ESC) is LOOKUP that also sets stuck[K] when the entry was 0
+// (ESCAPE clears it again when it decodes the escape). A stream that met
+// an escape earlier in the round has stayed on it.
+#define LAST(B, P, K, ESC) \
 	BZHIQ   CX, B, AX \
 	MOVQ    (DI)(AX*8), BX \
 	SHRXQ   BX, B, B \
@@ -59,7 +62,55 @@
 	MOVBQZX 3(DI)(AX*8), BX \
 	TESTL   BX, BX \
 	SETEQ   (64+K)(SI) \
+	JZ      ESC \
 	ADDQ    BX, P
+
+// ESCAPE(B, P, OFF, K, BACK), out of line, decodes the escape under the low
+// bits of B (the stream whose fill started at quadState.q[OFF/8]): the raw
+// byte after the escape code is read from memory at its bit address a, so
+// B's bits left do not matter, and B is filled again from a+8, so the rest
+// of the round has its bits. It goes back with B, P and stuck[K] as they
+// were (Go reports the stream or steps over the escape) for no code at all,
+// an escaped symbol that has a code of its own, or a fill that, with 7
+// bytes for each fill left in the call (DX rounds, this one included),
+// would read past quadState.lim.
+#define ESCAPE(B, P, OFF, K, BACK) \
+	BZHIQ   CX, B, AX \
+	MOVQ    72(SI), BX \
+	MOVWLZX (BX)(AX*2), AX \
+	BTL     $8, AX \
+	JCC     BACK \
+	SHRL    $9, AX \
+	LZCNTQ  B, BX \
+	ADDQ    BX, AX \
+	MOVQ    OFF(SI), BX \
+	ANDQ    $-8, BX \
+	ADDQ    BX, AX \
+	LEAQ    8(AX), BX \
+	SHRQ    $3, BX \
+	LEAQ    -7(BX)(DX*8), BX \
+	SUBQ    DX, BX \
+	CMPQ    BX, 88(SI) \
+	JHI     BACK \
+	MOVQ    AX, BX \
+	SHRQ    $3, BX \
+	MOVWLZX (BX), BX \
+	MOVL    AX, CX \
+	ANDL    $7, CX \
+	SHRXL   CX, BX, BX \
+	MOVBQZX BX, BX \
+	MOVQ    80(SI), CX \
+	CMPB    (CX)(BX*1), $0 \
+	MOVQ    $11, CX \
+	JNE     BACK \
+	MOVB    BX, (P) \
+	INCQ    P \
+	MOVB    $0, (64+K)(SI) \
+	ADDQ    $8, AX \
+	MOVQ    AX, OFF(SI) \
+	MOVQ    AX, BX \
+	FILL(BX, B) \
+	JMP     BACK
 
 // func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
 TEXT ·decodeQuadBMI2(SB), NOSPLIT, $0-24
@@ -97,10 +148,14 @@ round:
 	LOOKUP(R9, R13)
 	LOOKUP(R10, R14)
 	LOOKUP(R11, R15)
-	LAST(R8, R12, 0)
-	LAST(R9, R13, 1)
-	LAST(R10, R14, 2)
-	LAST(R11, R15, 3)
+	LAST(R8, R12, 0, esc0)
+back0:
+	LAST(R9, R13, 1, esc1)
+back1:
+	LAST(R10, R14, 2, esc2)
+back2:
+	LAST(R11, R15, 3, esc3)
+back3:
 	DECQ DX
 	JZ   last
 	CMPL 64(SI), $0
@@ -120,10 +175,18 @@ last:
 	NEXTQ(8, R9)
 	NEXTQ(16, R10)
 	NEXTQ(24, R11)
-
-done:
 	MOVQ R12, 32(SI)
 	MOVQ R13, 40(SI)
 	MOVQ R14, 48(SI)
 	MOVQ R15, 56(SI)
 	RET
+
+// the escapes, out of line
+esc0:
+	ESCAPE(R8, R12, 0, 0, back0)
+esc1:
+	ESCAPE(R9, R13, 8, 1, back1)
+esc2:
+	ESCAPE(R10, R14, 16, 2, back2)
+esc3:
+	ESCAPE(R11, R15, 24, 3, back3)

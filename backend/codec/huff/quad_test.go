@@ -69,6 +69,17 @@ func TestQuadKernel(t *testing.T) {
 			u[j] = byte(j * 37)
 		}
 		add(e.AppendExact(nil, u, 0), n)
+		// a quarter of one symbol (short codes, four to a lookup) before
+		// three of every symbol (long codes): the first stream ends long
+		// before the others, which go on beside a mirror of one of them
+		m := make([]byte, n)
+		for j := range m {
+			m[j] = byte(j * 37)
+			if j < n/4 {
+				m[j] = 7
+			}
+		}
+		add(e.AppendExact(nil, m, 0), n)
 	}
 	holedErrs := 0
 	for i, rec := range recs {
