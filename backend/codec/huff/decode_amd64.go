@@ -23,6 +23,7 @@ type quadState struct {
 	single *[lutSize]uint16
 	coded  *[256]bool
 	lim    uintptr
+	left   uintptr // the rounds left, for the kernel
 }
 
 // decode_amd64.s reads quadState's fields at fixed offsets.
@@ -31,12 +32,14 @@ var (
 	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.single)-72]
 	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.coded)-80]
 	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.lim)-88]
+	_ = [1]struct{}{}[unsafe.Offsetof(quadState{}.left)-96]
 )
 
-// decodeQuadBMI2 decodes up to groups rounds of five lookups in each of the
+// decodeQuadBMI2 decodes up to groups rounds of four lookups in each of the
 // four streams, interleaved, and returns early after a round in which a
-// stream got stuck. Every round must have 8 readable bytes at each q>>3 and
-// 20 bytes of room at each p (the caller's bound).
+// stream got stuck. Every round must have 16 bytes of room at each p, and
+// the reads of the call's rounds 8 bytes each within the source (the
+// caller's bounds, in decodeQuad).
 //
 //go:noescape
 func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
@@ -69,15 +72,16 @@ func (d *Decoder) decodeQuad(out, src []byte, starts *[5]int) error {
 	}
 	o[4] = n
 	for {
-		// each round takes <= 55 bits (so the next reads <= 7 bytes on;
-		// an escape checks its own fill against lim) and writes <= 20
-		// symbols
+		// a round writes <= 16 symbols and takes <= 44 bits; its early
+		// fill reads 8 bytes <= 33 bits on, so <= 5 bytes past the
+		// call's first fill in the first round and <= 6 more a round
+		// after (an escape checks its own fill against lim)
 		g, live := len(src), -1
 		var done [4]bool
 		for k := 0; k < 4; k++ {
-			gk := (o[k+1] - p[k]) / 20
-			if r := len(src) - 8 - q[k]>>3; r >= 0 {
-				gk = min(gk, r/7+1)
+			gk := (o[k+1] - p[k]) / 16
+			if r := len(src) - 8 - q[k]>>3; r >= 5 {
+				gk = min(gk, (r-5)/6+1)
 			} else {
 				gk = 0
 			}

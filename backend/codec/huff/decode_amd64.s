@@ -3,16 +3,20 @@
 #include "textflag.h"
 
 // Registers: R8..R11 the bit buffers of streams 0..3, R12..R15 their output
-// pointers, DI the lookup table, SI the quadState, CX = 11 (BZHI's index),
-// DX the rounds left, AX and BX scratch (ESCAPE borrows CX and restores it).
+// pointers, DI the lookup table, SI the quadState (whose left counts the
+// rounds), CX = 11 (BZHI's index), DX the buffer EARLY loads, AX and BX
+// scratch (ESCAPE borrows CX and restores it).
 //
 // A buffer is filled from its stream's bit address q: the 8 bytes at q>>3
 // with bit 63 set as a sentinel, shifted down by q&7, so it holds >= 56
-// bits; a round's five lookups take <= 55. Where the sentinel ends up tells
-// how many bits were taken: the next q is (q &^ 7) + lzcnt(buffer). Not BSR:
-// on Intel it also waits for its destination's old value, which chained
-// each stream's refill to the previous stream's (BenchmarkDecodeFP16Plane:
-// 1.14x to 1.24x slower).
+// bits. Where the sentinel ends up tells how many bits were taken: the next
+// q is (q &^ 7) + lzcnt(buffer). Not BSR: on Intel it also waits for its
+// destination's old value, which chained each stream's refill to the
+// previous stream's (BenchmarkDecodeFP16Plane: 1.14x to 1.24x slower).
+// A round is four lookups a stream; the refill is loaded after the third
+// (EARLY) and the fourth drops its bits from it (LAST), so the load is off
+// the chain of lookups (rounds of five refilled after the fifth: the
+// demo's float16 tensors 1.03x to 1.05x slower, results/quad-early-fill).
 
 // FILL(Q, B) loads buffer B for the bit address in Q. Clobbers AX, Q.
 #define FILL(Q, B) \
@@ -50,13 +54,35 @@
 	MOVBQZX 3(DI)(AX*8), BX \
 	ADDQ    BX, P
 
-// LAST(B, P, K, ESC) is LOOKUP that also sets stuck[K] when the entry was 0
-// (ESCAPE clears it again when it decodes the escape). A stream that met
-// an escape earlier in the round has stayed on it.
+// EARLY(OFF, B) loads into DX the buffer for the rest of the round and the
+// next, from the bit address after the bits taken from B (stored in
+// quadState.q[OFF/8], as NEXTQ does), while B's last lookup of the round
+// runs: the refill's load, sentinel and shift are off the dependency chain,
+// which LAST's shift joins. Its bits: >= 56 at that address, and the round's
+// last lookup takes <= 11, so the next round's three lookups and this load
+// (<= 33 bits on) find theirs. Clobbers AX, BX.
+#define EARLY(OFF, B) \
+	LZCNTQ  B, AX \
+	MOVQ    OFF(SI), BX \
+	SHRQ    $3, BX \
+	MOVQ    AX, DX \
+	SHRQ    $3, DX \
+	MOVQ    (BX)(DX*1), DX \
+	LEAQ    (AX)(BX*8), BX \
+	MOVQ    BX, OFF(SI) \
+	ANDL    $7, AX \
+	BTSQ    $63, DX \
+	SHRXQ   AX, DX, DX
+
+// LAST(B, P, K, ESC) is the round's last lookup: LOOKUP with its bits
+// dropped from the buffer that EARLY loaded into DX, which becomes B. It
+// also sets stuck[K] when the entry was 0 (ESCAPE clears it again when it
+// decodes the escape). A stream that met an escape earlier in the round
+// has stayed on it.
 #define LAST(B, P, K, ESC) \
 	BZHIQ   CX, B, AX \
 	MOVQ    (DI)(AX*8), BX \
-	SHRXQ   BX, B, B \
+	SHRXQ   BX, DX, B \
 	MOVL    4(DI)(AX*8), BX \
 	MOVL    BX, (P) \
 	MOVBQZX 3(DI)(AX*8), BX \
@@ -88,6 +114,7 @@
 	ADDQ    BX, AX \
 	LEAQ    8(AX), BX \
 	SHRQ    $3, BX \
+	MOVQ    96(SI), DX \
 	LEAQ    -7(BX)(DX*8), BX \
 	SUBQ    DX, BX \
 	CMPQ    BX, 88(SI) \
@@ -116,7 +143,8 @@
 TEXT ·decodeQuadBMI2(SB), NOSPLIT, $0-24
 	MOVQ st+0(FP), SI
 	MOVQ lut+8(FP), DI
-	MOVQ groups+16(FP), DX
+	MOVQ groups+16(FP), AX
+	MOVQ AX, 96(SI)
 	MOVQ $11, CX
 	MOVQ 32(SI), R12
 	MOVQ 40(SI), R13
@@ -141,34 +169,25 @@ round:
 	LOOKUP(R10, R14)
 	LOOKUP(R11, R15)
 	LOOKUP(R8, R12)
-	LOOKUP(R9, R13)
-	LOOKUP(R10, R14)
-	LOOKUP(R11, R15)
-	LOOKUP(R8, R12)
-	LOOKUP(R9, R13)
-	LOOKUP(R10, R14)
-	LOOKUP(R11, R15)
+	EARLY(0, R8)
 	LAST(R8, R12, 0, esc0)
 back0:
+	LOOKUP(R9, R13)
+	EARLY(8, R9)
 	LAST(R9, R13, 1, esc1)
 back1:
+	LOOKUP(R10, R14)
+	EARLY(16, R10)
 	LAST(R10, R14, 2, esc2)
 back2:
+	LOOKUP(R11, R15)
+	EARLY(24, R11)
 	LAST(R11, R15, 3, esc3)
 back3:
-	DECQ DX
+	DECQ 96(SI)
 	JZ   last
 	CMPL 64(SI), $0
-	JNE  last
-	NEXTQ(0, R8)
-	FILL(BX, R8)
-	NEXTQ(8, R9)
-	FILL(BX, R9)
-	NEXTQ(16, R10)
-	FILL(BX, R10)
-	NEXTQ(24, R11)
-	FILL(BX, R11)
-	JMP  round
+	JEQ  round
 
 last:
 	NEXTQ(0, R8)
