@@ -4,8 +4,10 @@
 
 // Registers: R8..R11 the bit buffers of streams 0..3, R12..R15 their output
 // pointers, DI the lookup table, SI the quadState (whose left counts the
-// rounds), CX = 11 (BZHI's index), DX the buffer EARLY loads, AX and BX
-// scratch (ESCAPE borrows CX and restores it).
+// rounds, and whose q holds each buffer's fill address in bytes while the
+// kernel runs), DX and CX the buffer EARLY loads and its bit offset, AX and
+// BX scratch. Every uop counts: the kernel is bound by their throughput as
+// much as by the chain of lookups.
 //
 // A buffer is filled from its stream's bit address q: the 8 bytes at q>>3
 // with bit 63 set as a sentinel, shifted down by q&7, so it holds >= 56
@@ -27,26 +29,27 @@
 	ANDL  $7, Q \
 	SHRXQ Q, B, B
 
-// NEXTQ(OFF, B) sets BX to the bit address after the bits taken from B,
-// whose fill started at quadState.q[OFF/8], and stores it there (for Go;
-// the next fill takes it from BX).
+// NEXTQ(OFF, B) stores in quadState.q[OFF/8], for Go, the bit address
+// after the bits taken from B, whose fill started at the byte address held
+// there.
 #define NEXTQ(OFF, B) \
 	LZCNTQ B, AX \
 	MOVQ OFF(SI), BX \
-	ANDQ $-8, BX \
-	ADDQ AX, BX \
+	LEAQ (AX)(BX*8), BX \
 	MOVQ BX, OFF(SI)
 
-// LOOKUP(B, P) decodes the entry under the low 11 bits of B: drops its bits
-// from B (the dependency chain: index, load, shift), stores its symbols (4
+// LOOKUP(B, P) decodes the entry under the low 11 bits of B (a move the
+// renamer drops and an AND: one uop, where BZHI's index register made the
+// kernel 1.03x slower): drops its bits from B (the dependency chain: index,
+// load, shift), stores its symbols (4
 // bytes, only count of them meant) at P and advances P by the count. An
 // entry of 0 (an escape, or no code) changes nothing, so the stream's later
 // lookups in the round find it again and LAST deals with it: no test here,
 // where every uop counts. The symbols and the count are loaded again from
-// the entry rather than shifted out of it: loads have ports to spare, the
-// shift ports are the kernel's bottleneck.
+// the entry rather than shifted out of it: loads have ports to spare.
 #define LOOKUP(B, P) \
-	BZHIQ   CX, B, AX \
+	MOVL    B, AX \
+	ANDL    $0x7ff, AX \
 	MOVQ    (DI)(AX*8), BX \
 	SHRXQ   BX, B, B \
 	MOVL    4(DI)(AX*8), BX \
@@ -55,70 +58,70 @@
 	ADDQ    BX, P
 
 // EARLY(OFF, B) loads into DX the buffer for the rest of the round and the
-// next, from the bit address after the bits taken from B (stored in
-// quadState.q[OFF/8], as NEXTQ does), while B's last lookup of the round
-// runs: the refill's load, sentinel and shift are off the dependency chain,
-// which LAST's shift joins. Its bits: >= 56 at that address, and the round's
-// last lookup takes <= 11, so the next round's three lookups and this load
-// (<= 33 bits on) find theirs. Clobbers AX, BX.
+// next, from the byte of the bit address after the bits taken from B (its
+// byte address stored in quadState.q[OFF/8]), and into CX that address's
+// bit offset, while B's last lookup of the round runs: the refill's load
+// and sentinel are off the dependency chain, which LAST joins with one
+// add. Its bits: >= 56 at that byte, and the round's last lookup takes
+// <= 11, so the next round's three lookups and this load (<= 33 bits on)
+// find theirs. Clobbers AX, BX.
 #define EARLY(OFF, B) \
-	LZCNTQ  B, AX \
+	LZCNTQ  B, CX \
 	MOVQ    OFF(SI), BX \
-	SHRQ    $3, BX \
-	MOVQ    AX, DX \
-	SHRQ    $3, DX \
-	MOVQ    (BX)(DX*1), DX \
-	LEAQ    (AX)(BX*8), BX \
+	MOVQ    CX, AX \
+	SHRQ    $3, AX \
+	ADDQ    AX, BX \
 	MOVQ    BX, OFF(SI) \
-	ANDL    $7, AX \
+	MOVQ    (BX), DX \
 	BTSQ    $63, DX \
-	SHRXQ   AX, DX, DX
+	ANDL    $7, CX
 
-// LAST(B, P, K, ESC) is the round's last lookup: LOOKUP with its bits
-// dropped from the buffer that EARLY loaded into DX, which becomes B. It
-// also sets stuck[K] when the entry was 0 (ESCAPE clears it again when it
-// decodes the escape). A stream that met an escape earlier in the round
-// has stayed on it.
+// LAST(B, P, K, ESC) is the round's last lookup: LOOKUP with its bits and
+// EARLY's offset dropped from the buffer that EARLY loaded into DX, which
+// becomes B. An entry of 0 goes to ESC (a stream that met an escape earlier
+// in the round has stayed on it).
 #define LAST(B, P, K, ESC) \
-	BZHIQ   CX, B, AX \
+	MOVL    B, AX \
+	ANDL    $0x7ff, AX \
 	MOVQ    (DI)(AX*8), BX \
+	ADDQ    CX, BX \
 	SHRXQ   BX, DX, B \
 	MOVL    4(DI)(AX*8), BX \
 	MOVL    BX, (P) \
 	MOVBQZX 3(DI)(AX*8), BX \
 	TESTL   BX, BX \
-	SETEQ   (64+K)(SI) \
 	JZ      ESC \
 	ADDQ    BX, P
 
-// ESCAPE(B, P, OFF, K, BACK), out of line, decodes the escape under the low
-// bits of B (the stream whose fill started at quadState.q[OFF/8]): the raw
-// byte after the escape code is read from memory at its bit address a, so
-// B's bits left do not matter, and B is filled again from a+8, so the rest
-// of the round has its bits. It goes back with B, P and stuck[K] as they
-// were (Go reports the stream or steps over the escape) for no code at all,
-// an escaped symbol that has a code of its own, or a fill that, with 7
-// bytes for each fill left in the call (DX rounds, this one included),
-// would read past quadState.lim.
-#define ESCAPE(B, P, OFF, K, BACK) \
-	BZHIQ   CX, B, AX \
+// ESCAPE(B, P, OFF, K, BACK, STUCK), out of line, decodes the escape under
+// the low bits of B (the stream whose fill started at the byte address in
+// quadState.q[OFF/8]): the raw byte after the escape code is read from
+// memory at its bit address a, so B's bits left do not matter, and B is
+// filled again from a+8, so the rest of the round has its bits. It goes
+// back with B and P as they were and stuck[K] set (Go reports the stream or
+// steps over the escape) for no code at all, an escaped symbol that has a
+// code of its own, or a fill that, with 7 bytes for each fill left in the
+// call (quadState.left rounds, this one included), would read past
+// quadState.lim.
+#define ESCAPE(B, P, OFF, K, BACK, STUCK) \
+	MOVL    B, AX \
+	ANDL    $0x7ff, AX \
 	MOVQ    72(SI), BX \
 	MOVWLZX (BX)(AX*2), AX \
 	BTL     $8, AX \
-	JCC     BACK \
+	JCC     STUCK \
 	SHRL    $9, AX \
 	LZCNTQ  B, BX \
 	ADDQ    BX, AX \
 	MOVQ    OFF(SI), BX \
-	ANDQ    $-8, BX \
-	ADDQ    BX, AX \
+	LEAQ    (AX)(BX*8), AX \
 	LEAQ    8(AX), BX \
 	SHRQ    $3, BX \
 	MOVQ    96(SI), DX \
 	LEAQ    -7(BX)(DX*8), BX \
 	SUBQ    DX, BX \
 	CMPQ    BX, 88(SI) \
-	JHI     BACK \
+	JHI     STUCK \
 	MOVQ    AX, BX \
 	SHRQ    $3, BX \
 	MOVWLZX (BX), BX \
@@ -128,15 +131,16 @@
 	MOVBQZX BX, BX \
 	MOVQ    80(SI), CX \
 	CMPB    (CX)(BX*1), $0 \
-	MOVQ    $11, CX \
-	JNE     BACK \
+	JNE     STUCK \
 	MOVB    BX, (P) \
 	INCQ    P \
-	MOVB    $0, (64+K)(SI) \
 	ADDQ    $8, AX \
-	MOVQ    AX, OFF(SI) \
 	MOVQ    AX, BX \
 	FILL(BX, B) \
+	MOVQ    AX, OFF(SI) \
+	JMP     BACK \
+STUCK: \
+	MOVB    $1, (64+K)(SI) \
 	JMP     BACK
 
 // func decodeQuadBMI2(st *quadState, lut *[lutSize]uint64, groups int)
@@ -145,19 +149,22 @@ TEXT ·decodeQuadBMI2(SB), NOSPLIT, $0-24
 	MOVQ lut+8(FP), DI
 	MOVQ groups+16(FP), AX
 	MOVQ AX, 96(SI)
-	MOVQ $11, CX
 	MOVQ 32(SI), R12
 	MOVQ 40(SI), R13
 	MOVQ 48(SI), R14
 	MOVQ 56(SI), R15
 	MOVQ 0(SI), BX
 	FILL(BX, R8)
+	MOVQ AX, 0(SI)
 	MOVQ 8(SI), BX
 	FILL(BX, R9)
+	MOVQ AX, 8(SI)
 	MOVQ 16(SI), BX
 	FILL(BX, R10)
+	MOVQ AX, 16(SI)
 	MOVQ 24(SI), BX
 	FILL(BX, R11)
+	MOVQ AX, 24(SI)
 
 round:
 	LOOKUP(R8, R12)
@@ -202,10 +209,10 @@ last:
 
 // the escapes, out of line
 esc0:
-	ESCAPE(R8, R12, 0, 0, back0)
+	ESCAPE(R8, R12, 0, 0, back0, stuck0)
 esc1:
-	ESCAPE(R9, R13, 8, 1, back1)
+	ESCAPE(R9, R13, 8, 1, back1, stuck1)
 esc2:
-	ESCAPE(R10, R14, 16, 2, back2)
+	ESCAPE(R10, R14, 16, 2, back2, stuck2)
 esc3:
-	ESCAPE(R11, R15, 24, 3, back3)
+	ESCAPE(R11, R15, 24, 3, back3, stuck3)
