@@ -89,19 +89,7 @@ func TestQuadGuardPage(t *testing.T) {
 	if !useQuad {
 		t.Skip("no stream kernel on this CPU/build")
 	}
-	var e Encoder
-	var recs [][]byte
-	var ns []int
-	for i, n := range []int{quadMin, 1000, 4099, 65536} {
-		for _, sigma := range []float64{0.02, 1, 30} {
-			s := gaussExp(n, sigma, uint64(i))
-			recs, ns = append(recs, e.AppendBlock(nil, s)), append(ns, n)
-			for j := 0; j < n; j += 7 {
-				s[j] = byte(j) // escapes
-			}
-			recs, ns = append(recs, e.AppendBlock(nil, s)), append(ns, n)
-		}
-	}
+	recs, ns := quadRecords()
 	page := syscall.Getpagesize()
 	for i, rec := range recs {
 		size := (len(rec)+page-1)/page*page + page

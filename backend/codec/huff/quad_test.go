@@ -38,14 +38,10 @@ func decodeBoth(t *testing.T, rec []byte, n int) ([]byte, error) {
 	return out1, err1
 }
 
-// TestQuadKernel decodes records of every shape with the kernel in use (the
-// assembly where the CPU has it) and the portable decoder: sampled tables
-// with escapes, exact tables, runs of long codes, sizes around the kernel's
-// bounds, and every record again with bit flips and cuts.
-func TestQuadKernel(t *testing.T) {
-	if !useQuad {
-		t.Log("no stream kernel on this CPU/build: the portable path is checked against itself")
-	}
+// quadRecords returns records of every shape the stream kernel meets, and
+// their symbol counts: sampled tables with escapes, exact tables, runs of
+// long codes, streams that end far apart, sizes around the kernel's bounds.
+func quadRecords() ([][]byte, []int) {
 	var e Encoder
 	var recs [][]byte
 	var ns []int
@@ -81,6 +77,17 @@ func TestQuadKernel(t *testing.T) {
 		}
 		add(e.AppendExact(nil, m, 0), n)
 	}
+	return recs, ns
+}
+
+// TestQuadKernel decodes quadRecords with the kernel in use (the assembly
+// where the CPU has it) and the portable decoder, and every record again
+// with bit flips, cuts and a table with a hole.
+func TestQuadKernel(t *testing.T) {
+	if !useQuad {
+		t.Log("no stream kernel on this CPU/build: the portable path is checked against itself")
+	}
+	recs, ns := quadRecords()
 	holedErrs := 0
 	for i, rec := range recs {
 		if rec[0] != ModeHuff {
