@@ -41,12 +41,12 @@
 // LOOKUP(B, P) decodes the entry under the low 11 bits of B (a move the
 // renamer drops and an AND: one uop, where BZHI's index register made the
 // kernel 1.03x slower): drops its bits from B (the dependency chain: index,
-// load, shift), stores its symbols (4
-// bytes, only count of them meant) at P and advances P by the count. An
-// entry of 0 (an escape, or no code) changes nothing, so the stream's later
-// lookups in the round find it again and LAST deals with it: no test here,
-// where every uop counts. The symbols and the count are loaded again from
-// the entry rather than shifted out of it: loads have ports to spare.
+// load, shift), stores its symbols (4 bytes, only count of them meant) at P
+// and advances P by the count. An entry of 0 (an escape, or no code)
+// changes nothing, so the stream's later lookups in the round find it
+// again and LAST deals with it: no test here. The symbols and the count are
+// loaded again from the entry rather than shifted out of it: loads have
+// ports to spare.
 #define LOOKUP(B, P) \
 	MOVL    B, AX \
 	ANDL    $0x7ff, AX \
@@ -62,9 +62,9 @@
 // byte address stored in quadState.q[OFF/8]), and into CX that address's
 // bit offset, while B's last lookup of the round runs: the refill's load
 // and sentinel are off the dependency chain, which LAST joins with one
-// add. Its bits: >= 56 at that byte, and the round's last lookup takes
-// <= 11, so the next round's three lookups and this load (<= 33 bits on)
-// find theirs. Clobbers AX, BX.
+// add. The new buffer holds >= 56 bits from that offset; the last lookup
+// takes <= 11, which leaves the next round's four their 44. Clobbers AX,
+// BX.
 #define EARLY(OFF, B) \
 	LZCNTQ  B, CX \
 	MOVQ    OFF(SI), BX \
@@ -97,7 +97,7 @@
 // the low bits of B (the stream whose fill started at the byte address in
 // quadState.q[OFF/8]): the raw byte after the escape code is read from
 // memory at its bit address a, so B's bits left do not matter, and B is
-// filled again from a+8, so the rest of the round has its bits. It goes
+// filled again from a+8, so the next round has its bits. It goes
 // back with B and P as they were and stuck[K] set (Go reports the stream or
 // steps over the escape) for no code at all, an escaped symbol that has a
 // code of its own, or a fill that, with 7 bytes for each fill left in the
