@@ -58,9 +58,9 @@ var useLUTAsm = cpuid.CPU.Supports(cpuid.AVX2)
 var useQuad = hasBMI2 && cpuid.CPU.Supports(cpuid.LZCNT)
 
 // decodeQuad decodes the four streams of a record (starts: their byte
-// bounds in src) into out: the assembly runs while every stream has room,
-// stepping over escapes in Go, then each stream is finished and checked by
-// finishStream.
+// bounds in src) into out: the assembly runs while any stream has room for
+// a round, Go stepping over the escapes it leaves, then each stream is
+// finished and checked by finishStream.
 func (d *Decoder) decodeQuad(out, src []byte, starts *[5]int) error {
 	n := len(out)
 	var o [5]int // output bounds of the streams
