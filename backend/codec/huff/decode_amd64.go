@@ -114,8 +114,15 @@ func (d *Decoder) decodeQuad(out, src []byte, starts *[5]int) error {
 				continue
 			}
 			q[k] = int(st.q[k] - sb*8)
+			p0 := p[k]
 			p[k] = int(st.p[k] - ob)
 			if st.stuck[k] == 0 {
+				// every round decodes a symbol in a stream that is not
+				// stuck: without one the kernel is broken, and Go would
+				// call it again forever
+				if p[k] == p0 {
+					return fmt.Errorf("stream %d: no progress in the stream kernel", k)
+				}
 				continue
 			}
 			// a stuck stream has room for one more symbol (its last
