@@ -35,8 +35,9 @@ func gather(src []byte, size, numel int, buf *sampleBuf) ([]byte, int) {
 
 // EstimateRatio returns a cheap estimate (from a sample of at most 4096
 // elements) of the ratio len(src) / frame length that kind k would reach,
-// for the adaptive switcher and zipccl.codec.estimate_ratio. Raw and uncoded dtypes estimate the raw frame.
-// Auto estimates the kind ChooseKind picks.
+// for the adaptive switcher and zipccl.codec.estimate_ratio. Raw and
+// uncoded dtypes estimate the raw frame. Auto estimates the kind
+// ChooseKind picks.
 func EstimateRatio(src []byte, dt dtype.DType, k Kind) float64 {
 	if !dt.Valid() || len(src) < dt.Size() {
 		return 1
