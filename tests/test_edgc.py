@@ -607,7 +607,11 @@ def test_r_max_from_the_measured_link(pools):
     assert all(r["same"] for r in res), [r["link"] for r in res]
     assert r0["link"]["bytes_per_s"] > 0, r0["link"]
     assert r0["link"]["compress_s_per_rank"] + r0["link"]["compress_s_fixed"] > 0, r0["link"]
-    assert r0["r_max"] == r0["want"] == r0["link"]["r_max"], r0
+    assert r0["link"]["r_max"] == r0["want"], r0
+    # later windows may correct r_max by the measured steps (a loaded
+    # machine's compressed steps can cost more than loopback's raw ones),
+    # never above the link's first estimate
+    assert r0["r_max"] == r0["link"].get("r_max_measured", r0["want"]) <= r0["want"], r0
     assert sorted(r0["shapes"]) == sorted([(64, 48), (96, 64), (5, 5), (80, 72)])
 
 
