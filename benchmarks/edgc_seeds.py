@@ -34,12 +34,11 @@ def main(paths: list[str]) -> None:
             doc = json.load(f)
         runs = doc["runs"]
         edgc, plain = runs["zipccl-edgc"]["ddp"], runs["zipccl"]["ddp"]
-        eb = report._wire(edgc)[0]
-        el, pl = report._final(edgc["losses"]), report._final(plain["losses"])
-        points = [(report._wire(s)[0], report._final(s["losses"])) for _, s in report.fixed_runs(runs)]
+        (eb, el), (_, pl) = report.bytes_and_loss(edgc), report.bytes_and_loss(plain)
+        ranks = report.fixed_runs(runs)
+        points = [report.bytes_and_loss(s) for _, s in ranks]
         at = report.equal_bytes_loss(points, eb)
-        fixed = ", ".join(f"{r} ({b / 1e6:.2f}, {lo:.4f})"
-                          for (r, _), (b, lo) in zip(report.fixed_runs(runs), points))
+        fixed = ", ".join(f"{r} ({b / 1e6:.2f}, {lo:.4f})" for (r, _), (b, lo) in zip(ranks, points))
         vs_plain.append(el - pl)
         if at is None:
             d = "-"

@@ -19,7 +19,7 @@ for f in ["demo_weights","demo_gradients","demo_activations","minilm"]:
         h=np.bincount(x,minlength=256).astype(float)
         # huffman lengths
         heap=[(c,i,[i]) for i,c in enumerate(h) if c>0]
-        heapq.heapify(heap); L=np.zeros(256,int); cnt=len(heap)
+        heapq.heapify(heap); L=np.zeros(256,int)
         while len(heap)>1:
             c1,i1,s1=heapq.heappop(heap); c2,i2,s2=heapq.heappop(heap)
             for q in s1+s2: L[q]+=1

@@ -165,6 +165,12 @@ def fixed_runs(runs: dict[str, dict[str, dict[str, Any]]]) -> list[tuple[int, di
     return sorted(out, key=lambda x: x[0])
 
 
+def bytes_and_loss(summary: dict[str, Any]) -> tuple[float | None, float]:
+    """A run's wire bytes per step (None where not counted) and final loss,
+    the two coordinates of --dp-hook's equal-bytes comparison."""
+    return _wire(summary)[0], _final(summary["losses"])
+
+
 def equal_bytes_loss(points: Sequence[tuple[float, float]], nbytes: float) -> float | None:
     """The fixed-rank runs' final loss at nbytes per step, interpolated
     linearly between the two runs (bytes, loss) that bracket it; None
@@ -198,9 +204,8 @@ def dp_hook_checks(runs: dict[str, dict[str, dict[str, Any]]]) -> list[Check]:
                          f"mean of the last 10 steps {a:.4f} vs {b:.4f} ({rel * 100:+.2f} %)"))
     if fixed:
         name = "EDGC loss <= PowerSGD's at equal bytes"
-        eb, _ = _wire(edgc)
-        points = [(_wire(s)[0], _final(s["losses"])) for _, s in fixed]
-        el = _final(edgc["losses"])
+        eb, el = bytes_and_loss(edgc)
+        points = [bytes_and_loss(s) for _, s in fixed]
         detail = f"EDGC {eb / 1e6:.2f} MB/step, loss {el:.4f}; " if eb else ""
         detail += "; ".join(f"rank {r} {b / 1e6:.2f} MB/step, loss {lo:.4f}" if b else f"rank {r} bytes not counted"
                             for (r, _), (b, lo) in zip(fixed, points))
