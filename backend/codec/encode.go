@@ -165,7 +165,7 @@ func EncodeThreads(dst, src []byte, dt dtype.DType, k Kind, threads int) ([]byte
 		}
 		for r, ok := next(); ok; r, ok = next() {
 			if r == 0 {
-				dyns[r] = dst[len(dst):len(dst)]
+				dyns[r] = dst[len(dst):]
 			} else {
 				bufs[r] = dynPool.Get().(*[]byte)
 				dyns[r] = (*bufs[r])[:0]
@@ -257,12 +257,12 @@ func (e *Encoder) appendStatic(dst, src []byte, p *plan, fused bool) []byte {
 		e.esc = e.encodeBlocks(dst[base:], e.esc[:0], src, p, 0, p.nblocks, false)
 		return dst
 	}
-	dyn := e.encodeBlocks(dst[base:], dst[len(dst):len(dst)], src, p, 0, p.nblocks, true)
+	dyn := e.encodeBlocks(dst[base:], dst[len(dst):], src, p, 0, p.nblocks, true)
 	return appendMaybeInPlace(dst, dyn)
 }
 
 // appendMaybeInPlace is append(dst, b...), where b may already sit right
-// after dst in its array (appended to dst[len(dst):len(dst)]).
+// after dst in its array (appended to dst[len(dst):]).
 func appendMaybeInPlace(dst, b []byte) []byte {
 	if len(b) > 0 && cap(dst) > len(dst) && unsafe.SliceData(b) == unsafe.SliceData(dst[len(dst):cap(dst)]) {
 		return dst[:len(dst)+len(b)]

@@ -130,12 +130,12 @@ func TestMergeCRC(t *testing.T) {
 			for _, nt := range []bool{false, true} {
 				buf := make([]byte, 4*n+128+8)
 				a := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
-				d16, dW := buf[a:a+2*n], make([]byte, 4*n)
+				d16 := buf[a : a+2*n]
 				if got := mergeFP16CRC(d16, lo16, syms, nt); got != crc16 || !bytes.Equal(d16, want16) {
 					t.Fatalf("kernel %s n=%d nt=%v: float16 merge crc %08x want %08x", k, n, nt, got, crc16)
 				}
 				clear(buf)
-				dW = buf[a : a+4*n]
+				dW := buf[a : a+4*n]
 				if got := mergeFP32WCRC(dW, r8, r16, syms, &hi, nt); got != crcW || !bytes.Equal(dW, wantW) {
 					t.Fatalf("kernel %s n=%d nt=%v: float32 (R16) merge crc %08x want %08x", k, n, nt, got, crcW)
 				}

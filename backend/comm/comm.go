@@ -164,7 +164,8 @@ func New(cfg Config) (*Comm, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := rendezvous.PublishAddr(cfg.Store, cfg.Rank, ep.Addr()); err == nil {
+		err = rendezvous.PublishAddr(cfg.Store, cfg.Rank, ep.Addr())
+		if err == nil {
 			err = rendezvous.PublishHost(cfg.Store, cfg.Rank, cfg.hostID())
 		}
 		if err != nil {

@@ -327,6 +327,32 @@ func TestInvalidOpsAreRejectedBeforeSending(t *testing.T) {
 	require.Empty(t, r.comms[0].mesh.Connected(), "nothing may be sent for a rejected op")
 }
 
+// failingStore refuses to store keys under prefix.
+type failingStore struct {
+	*rendezvous.MemStore
+	prefix string
+}
+
+func (s failingStore) Set(key string, val []byte) error {
+	if strings.HasPrefix(key, s.prefix) {
+		return fmt.Errorf("store refused %s", key)
+	}
+	return s.MemStore.Set(key, val)
+}
+
+// A rank whose address or host cannot be published fails at creation,
+// rather than leaving its peers to wait for it until the timeout.
+func TestPublishFailureFailsNew(t *testing.T) {
+	for _, prefix := range []string{"zipccl/addr/", "zipccl/host/"} {
+		ep, err := transport.Listen("127.0.0.1")
+		require.NoError(t, err)
+		_, err = New(Config{Name: "test", Rank: 1, Size: 2, Timeout: 5 * time.Second,
+			Store: failingStore{rendezvous.NewMemStore(), prefix}, Endpoint: ep})
+		ep.Close()
+		require.ErrorContains(t, err, "store refused "+prefix+"1", prefix)
+	}
+}
+
 func TestSendRecvTagsOrderAndAnySource(t *testing.T) {
 	r := newRig(t, 3, 20*time.Second)
 	// Two messages with the same tag arrive in order; another tag is

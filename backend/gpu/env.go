@@ -204,15 +204,6 @@ const (
 	CodeInternal int32 = 5
 )
 
-// codeOf classifies err for a message that names it.
-func codeOf(err error) int32 {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return CodeComm
-}
-
 // EnvConfig describes an Env other than the process's, for tests and tools
 // that bring their own kernel library (such as its CPU emulation) and no
 // NCCL.
