@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import glob
 import multiprocessing as mp
 import os
 import queue
@@ -334,7 +335,20 @@ def launch(
             stdout, stderr = p.communicate()
             stderr += f"\n[harness] rank {r} killed after the {timeout}s timeout (hang)"
         out.append(RankResult(r, p.returncode, stdout, stderr))
+    _unlink_deepspeed_shm(master_addr, port)
     return out
+
+
+def _unlink_deepspeed_shm(master_addr: str, port: int) -> None:
+    """DeepSpeed's CPU accelerator maps a shared-memory workspace per rank
+    and group at init_distributed (its shm op, 64 MiB or more each) and
+    never unlinks it; named by the job's MASTER_ADDR and MASTER_PORT, so a
+    job's own are known. Left behind they filled /dev/shm run after run."""
+    for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{glob.escape(master_addr)}_{port}_*"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def result_lines(res: list[RankResult]) -> list[str]:

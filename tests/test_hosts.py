@@ -79,8 +79,6 @@ def _run(ids: list[str]) -> list[dict]:
 def _host_order_sum(xs: list, hosts: list[list[int]]):
     """The hierarchical reduction order (docs/ARCHITECTURE.md): over each
     host's ranks in local order, then over the hosts, in float32."""
-    import torch
-
     total = None
     for host in hosts:
         part = xs[host[0]].clone()

@@ -8,7 +8,6 @@ gradients."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from harness import launch
