@@ -27,6 +27,7 @@ import glob
 import multiprocessing as mp
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -327,16 +328,32 @@ def launch(
         )
     out = []
     deadline = time.monotonic() + timeout
-    for r, p in enumerate(procs):
-        try:
-            stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            stdout, stderr = p.communicate()
-            stderr += f"\n[harness] rank {r} killed after the {timeout}s timeout (hang)"
-        out.append(RankResult(r, p.returncode, stdout, stderr))
-    _unlink_deepspeed_shm(master_addr, port)
+    try:
+        for r, p in enumerate(procs):
+            try:
+                stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill_session(p)
+                stdout, stderr = p.communicate()
+                stderr += f"\n[harness] rank {r} killed after the {timeout}s timeout (hang)"
+            out.append(RankResult(r, p.returncode, stdout, stderr))
+    finally:
+        # a test stopped midway (pytest-timeout's alarm, ^C) leaves no rank
+        # running: orphans took the CPU from every later test
+        for p in procs:
+            if p.poll() is None:
+                _kill_session(p)
+                p.wait()
+        _unlink_deepspeed_shm(master_addr, port)
     return out
+
+
+def _kill_session(p: subprocess.Popen) -> None:
+    """Kills a rank started in a session of its own, with its children."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _unlink_deepspeed_shm(master_addr: str, port: int) -> None:

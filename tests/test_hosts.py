@@ -350,6 +350,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.timeout(360)
 def test_hpz_backward_all_gathers_stay_inside_hosts():
     """ZeRO++'s hpZ as FSDP2 has it (reshard_after_forward=<ranks per
     host>) on 2 hosts of 2 ranks: the backward pass's all-gathers run on
@@ -414,6 +415,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.timeout(360)
 def test_deepspeed_zero3_hpz_backward_stays_inside_hosts():
     """DeepSpeed ZeRO-3 with zero_hpz_partition_size = ranks per host, on 2
     hosts of 2 ranks, CPU accelerator: its backward re-gathers each layer

@@ -247,6 +247,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.timeout(1260)
 def test_fsdp2_trains_with_int8_weights_and_int4_gradients():
     # FSDP2 on the demo's model, 4 ranks, 100 steps, bf16 parameters (same
     # seed and data) on three groups: exact; parameters all-gathered as

@@ -168,6 +168,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("world,hosts", [(2, None), (3, None), (4, None), (4, "aabb"), (4, "abab")])
 def test_lossy_reductions_match_numpy_reference_on_every_rank(world, hosts):
     rank_env = (lambda r: {"ZIPCCL_HOST_ID": hosts[r]}) if hosts else None

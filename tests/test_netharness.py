@@ -373,6 +373,7 @@ def test_demo_hpz_needs_hosts_of_several_ranks(capsys) -> None:
     assert "hpz reshards to each host's ranks" in capsys.readouterr().err
 
 
+@pytest.mark.timeout(660)
 @pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
 def test_demo_hpz_on_two_hosts_of_two() -> None:
     """FSDP2 with and without hpZ on 2 hosts of 2 ranks: losses bit-identical
@@ -386,6 +387,7 @@ def test_demo_hpz_on_two_hosts_of_two() -> None:
         assert line in out.stdout, out.stdout[-3000:]
 
 
+@pytest.mark.timeout(660)
 @pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
 def test_demo_zero_pp_on_two_hosts_of_two() -> None:
     """--lossy zero++ (its defaults: 2 hosts of 2 ranks, 100 Mbit/s): FSDP2
@@ -401,6 +403,7 @@ def test_demo_zero_pp_on_two_hosts_of_two() -> None:
         assert line in out.stdout, out.stdout[-3000:]
 
 
+@pytest.mark.timeout(660)
 @pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
 def test_demo_tp_fp8_on_four_hosts(tmp_path) -> None:
     """--lossy tp-fp8 (its defaults: 4 ranks, one per host, 1 Gbit/s): tensor
@@ -429,6 +432,7 @@ def test_demo_tp_fp8_on_four_hosts(tmp_path) -> None:
     assert losses["zipccl"] == pytest.approx(losses["gloo"], rel=1e-4)
 
 
+@pytest.mark.timeout(660)
 @pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
 def test_demo_dp_hook_edgc(tmp_path) -> None:
     """--dp-hook edgc (its defaults: 4 ranks, one per host, 100 Mbit/s): DDP
