@@ -8,7 +8,6 @@ gradients."""
 
 from __future__ import annotations
 
-
 import pytest
 from harness import launch
 from test_lossy import _results
