@@ -3,7 +3,6 @@
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 from harness import launch
@@ -29,7 +28,6 @@ def test_launch_stopped_midway_leaves_no_rank():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
-    time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     for pid in left:
         os.kill(int(pid), signal.SIGKILL)
