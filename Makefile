@@ -37,7 +37,8 @@ test: setup cuda test-cuda-emu
 	$(GO) tool staticcheck ./...
 	$(GO) test -race ./...
 	@if [ -f backend/codec/fuzz.sh ]; then echo "bash backend/codec/fuzz.sh"; bash backend/codec/fuzz.sh; fi
-	$(PYTHON) -m pytest -q tests/
+	@# the slowest tests listed: CI has 90 minutes for the whole of make test
+	$(PYTHON) -m pytest -q --durations=25 tests/
 
 # CUDA kernels (cuda/): libzipccl_cuda.so for sm_80 and sm_90, warnings as
 # errors; nvcc is installed from PyPI when missing. Compile-only without a GPU.
