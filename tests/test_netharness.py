@@ -18,10 +18,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
-from zipccl.netharness import DEFAULT_TCP_CC, HostLayout, LinkSpec, Network, NetworkError, launch_ranks, parse_tcp_cc
+from zipccl.netharness import (DEFAULT_TCP_CC, HostLayout, LinkSpec, Network, NetworkError, RanksFailed, launch_ranks,
+                               parse_tcp_cc)
 from zipccl.netharness.linktrace import LinkTrace, busy_periods, read_trace
 
 
@@ -268,6 +270,19 @@ def test_ranks_learn_their_place_on_their_host() -> None:
                  ["-c", f"import os; print(*(os.environ[k] for k in {keys!r}))"],
                  on_line=lambda rank, line: seen.__setitem__(rank, line), timeout_s=60)
     assert seen == {0: "0 4 0 2 0", 1: "1 4 1 2 0", 2: "2 4 0 2 1", 3: "3 4 1 2 1"}
+
+
+def test_a_stall_is_progress_not_total_time() -> None:
+    # Lines every 0.3 s for 3 s: past a 2 s stall window in total, never
+    # silent for it, so the run completes; then silence fails it at the
+    # window, long before its total timeout.
+    net = Network(2, use_netns=False)
+    steady = "import time\nfor i in range(10):\n    print(i, flush=True); time.sleep(0.3)"
+    launch_ranks(net, ["-c", steady], timeout_s=60, stall_s=2)
+    started = time.monotonic()
+    with pytest.raises(RanksFailed, match="no rank printed a line for 2 s"):
+        launch_ranks(net, ["-c", "import time; print('up', flush=True); time.sleep(60)"], timeout_s=60, stall_s=2)
+    assert time.monotonic() - started < 20
 
 
 @pytest.mark.parametrize("cli", ["bench", "demo"])

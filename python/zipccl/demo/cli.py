@@ -263,11 +263,15 @@ def _launch(net: Network, runs: dict[str, str], extra: dict[str, str], args: arg
     setting = f" ({', '.join(f'{k}={v}' for k, v in env.items() if k.startswith('ZIPCCL_COMPRESS'))})" \
         if any(k.startswith("ZIPCCL_COMPRESS") for k in env) else ""
     print(f"\n== {names}{setting}{how} ==", flush=True)
-    # 900 s holds the default 100 steps of every mode (the EDGC demo's 528 s,
-    # benchmarks/results/demo-dp-hook-edgc-100mbit-rmax-seed2.log, the
-    # longest recorded); longer runs get that much per 100 steps
+    # Rank 0 prints a line a step, so a run that prints nothing for 600 s
+    # (twice the groups' collective timeout, which reports a hung collective
+    # first) has stalled. The total is only a backstop: a step's time is the
+    # machine's (on a CPU without AVX512-BF16 FSDP2's bf16 matmuls make the
+    # zero++ demo's 100 steps take over 900 s; the EDGC demo's 528 s,
+    # benchmarks/results/demo-dp-hook-edgc-100mbit-rmax-seed2.log, was the
+    # longest recorded on the machine before it).
     launch_ranks(net, ["-m", "zipccl.demo.train", json.dumps(_train_config(args, runs, modes, net.world_size))],
-                 env=env, on_line=on_line, timeout_s=900 * max(1.0, args.steps / 100))
+                 env=env, on_line=on_line, timeout_s=3600 * max(1.0, args.steps / 100), stall_s=600)
     return summaries
 
 

@@ -69,6 +69,7 @@ def launch_ranks(
     master_port: int = 29500,
     tail_lines: int = 40,
     pin: bool = True,
+    stall_s: float | None = None,
 ) -> list[RankResult]:
     """Runs ``python3 <argv>`` as every rank of ``net`` and waits for all.
 
@@ -76,7 +77,10 @@ def launch_ranks(
     line)``. When one rank fails, the others get 20 s to fail by themselves
     (their backends notice the lost peer) before they are killed, so their
     own error messages reach the caller. Raises RanksFailed if any rank
-    exits non-zero or the run passes ``timeout_s``. ``pin=False`` leaves
+    exits non-zero, the run passes ``timeout_s``, or, with ``stall_s``, no
+    rank prints a line for that long (a run whose length depends on the
+    machine, like training, is then bounded by its progress rather than
+    by a total that a slow CPU can exceed). ``pin=False`` leaves
     CPU placement, GOMAXPROCS and OMP_NUM_THREADS to their defaults (to
     check that pinning does not favour one backend).
     """
@@ -111,20 +115,23 @@ def launch_ranks(
             )
             procs.append(proc)
             threading.Thread(target=_pump, args=(rank, proc.stdout, lines), daemon=True).start()
-        return _wait(procs, lines, tails, on_line, timeout_s, tail_lines)
+        return _wait(procs, lines, tails, on_line, timeout_s, tail_lines, stall_s)
     finally:
         for proc in procs:
             _kill(proc)
 
 
-def _wait(procs, lines, tails, on_line, timeout_s, tail_lines) -> list[RankResult]:
+def _wait(procs, lines, tails, on_line, timeout_s, tail_lines, stall_s) -> list[RankResult]:
     deadline = time.monotonic() + timeout_s
     open_streams = len(procs)
     failed_at: float | None = None
+    last_line = time.monotonic()
     while open_streams:
         now = time.monotonic()
         if now > deadline:
             raise RanksFailed(f"ranks did not finish within {timeout_s:.0f} s", _results(procs, tails))
+        if stall_s is not None and failed_at is None and now - last_line > stall_s:
+            raise RanksFailed(f"no rank printed a line for {stall_s:.0f} s (stalled)", _results(procs, tails))
         if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
             failed_at = now
         if failed_at is not None and now - failed_at > 20:
@@ -136,6 +143,7 @@ def _wait(procs, lines, tails, on_line, timeout_s, tail_lines) -> list[RankResul
         if line is None:
             open_streams -= 1
             continue
+        last_line = time.monotonic()
         tails[rank].append(line)
         del tails[rank][:-tail_lines]
         if on_line:
