@@ -253,10 +253,10 @@ def test_fsdp2_trains_with_int8_weights_and_int4_gradients():
     # seed and data) on three groups: exact; parameters all-gathered as
     # int8; and also gradients reduce-scattered as int4. The mean loss of
     # the last 10 steps: int8 within 0.5 % of exact, int8 + int4 within 2 %
-    # (ZeRO++ reports +2.07 % for qwZ + qgZ + hpZ). The model is half the
-    # demo's width and depth: on a CPU without AVX512-BF16 a bf16 matmul
-    # runs about 13x slower than an fp32 one, and the demo's size took
-    # over 20 minutes there (this size: about 3.5).
+    # (ZeRO++ reports +2.07 % for qwZ + qgZ + hpZ). The model is smaller
+    # than the demo's: on a CPU without AVX512-BF16 a bf16 matmul runs
+    # about 16x slower than an fp32 one (benchmarks/results/bf16-matmul),
+    # and the demo's size took over 20 minutes there (this size: about 4).
     outs = _results(launch(TRAIN, 4, timeout=600))
     o = outs[0]
     assert o["lossy_calls"] > 0 and o["exact_calls"] == 0, o
