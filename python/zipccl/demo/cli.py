@@ -266,10 +266,8 @@ def _launch(net: Network, runs: dict[str, str], extra: dict[str, str], args: arg
     # Rank 0 prints a line a step, so a run that prints nothing for 600 s
     # (twice the groups' collective timeout, which reports a hung collective
     # first) has stalled. The total is only a backstop: a step's time is the
-    # machine's (on a CPU without AVX512-BF16 FSDP2's bf16 matmuls make the
-    # zero++ demo's 100 steps take over 900 s; the EDGC demo's 528 s,
-    # benchmarks/results/demo-dp-hook-edgc-100mbit-rmax-seed2.log, was the
-    # longest recorded on the machine before it).
+    # machine's: on a CPU without AVX512-BF16, FSDP2's bf16 matmuls make the
+    # zero++ demo's 100 steps take over 900 s.
     launch_ranks(net, ["-m", "zipccl.demo.train", json.dumps(_train_config(args, runs, modes, net.world_size))],
                  env=env, on_line=on_line, timeout_s=3600 * max(1.0, args.steps / 100), stall_s=600)
     return summaries
