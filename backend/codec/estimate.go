@@ -171,7 +171,9 @@ func ChooseKind(src []byte, dt dtype.DType) Kind {
 }
 
 // Kernels names the SIMD kernels in use, e.g.
-// "zip3=avx512 split=avx512 huff=bmi2 crc=vpclmulqdq".
+// "zip3=avx512 split=avx512 huff=bmi2 crc=vpclmulqdq" (split=avx2+vpclmulqdq:
+// the AVX2 merges fold their output's checksum; crc names the one of other
+// buffers).
 func Kernels() string {
 	h := "go"
 	if huff.HasAsm() {
@@ -181,5 +183,5 @@ func Kernels() string {
 	if crc32c.HasFold() {
 		c = "vpclmulqdq"
 	}
-	return "zip3=" + zip3.KernelName + " split=" + bestSplit() + " huff=" + h + " crc=" + c
+	return "zip3=" + zip3.KernelName + " split=" + splitLabel() + " huff=" + h + " crc=" + c
 }

@@ -6,4 +6,6 @@ func splitKernels() []string { return []string{"go"} }
 
 func bestSplit() string { return "go" }
 
+func splitLabel() string { return "go" }
+
 func useSplitKernels(string) {}
