@@ -168,35 +168,49 @@ s2done:
 	VZEROUPPER
 	RET
 
+// MASKSY sets Y8 to 0x7f and Y9 to 0x80 in every byte.
+#define MASKSY \
+	MOVQ $0x80, AX \
+	MOVQ AX, X9 \
+	VPBROADCASTB X9, Y9 \
+	MOVQ $0x7f, AX \
+	MOVQ AX, X8 \
+	VPBROADCASTB X8, Y8
+
+// MERGEY_BF16 rebuilds 64 output bytes (Y0, Y1) of 32 bfloat16 from 32
+// symbol bytes at DX and 32 R8 bytes at SI (MASKSY's Y8, Y9).
+#define MERGEY_BF16 \
+	HALVESY \
+	VPERMQ  $0xD8, Y3, Y3 \
+	VPERMQ  $0xD8, Y4, Y4 \
+	VPUNPCKLBW Y4, Y3, Y0 \
+	VPUNPCKHBW Y4, Y3, Y1
+
+// HALVESY builds the low (Y3) and high (Y4) bytes of 32 bfloat16 (or
+// float32 high halves) from 32 symbol bytes at DX and 32 R8 bytes at SI.
+#define HALVESY \
+	VMOVDQU (DX), Y1 \
+	VMOVDQU (SI), Y2 \
+	VPSLLW  $7, Y1, Y3 \
+	VPAND   Y9, Y3, Y3 \
+	VPAND   Y8, Y2, Y4 \
+	VPOR    Y4, Y3, Y3 \
+	VPSRLW  $1, Y1, Y4 \
+	VPAND   Y8, Y4, Y4 \
+	VPAND   Y9, Y2, Y5 \
+	VPOR    Y5, Y4, Y4
+
 // func mergeBF16AVX2(dst, r8, syms *byte, n32 int)
 TEXT ·mergeBF16AVX2(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ r8+8(FP), SI
 	MOVQ syms+16(FP), DX
 	MOVQ n32+24(FP), CX
-	MOVQ $0x80, AX
-	MOVQ AX, X9
-	VPBROADCASTB X9, Y9
-	MOVQ $0x7f, AX
-	MOVQ AX, X8
-	VPBROADCASTB X8, Y8
+	MASKSY
 	TESTQ CX, CX
 	JZ   m2done
 m2loop:
-	VMOVDQU (DX), Y1
-	VMOVDQU (SI), Y2
-	VPSLLW  $7, Y1, Y3
-	VPAND   Y9, Y3, Y3
-	VPAND   Y8, Y2, Y4
-	VPOR    Y4, Y3, Y3
-	VPSRLW  $1, Y1, Y4
-	VPAND   Y8, Y4, Y4
-	VPAND   Y9, Y2, Y5
-	VPOR    Y5, Y4, Y4
-	VPERMQ  $0xD8, Y3, Y3
-	VPERMQ  $0xD8, Y4, Y4
-	VPUNPCKLBW Y4, Y3, Y0
-	VPUNPCKHBW Y4, Y3, Y1
+	MERGEY_BF16
 	VMOVDQU Y0, (DI)
 	VMOVDQU Y1, 32(DI)
 	ADDQ $64, DI
@@ -536,29 +550,6 @@ fin16:
 // Without them the block is merged, then read again for its checksum
 // (on a Zen 3 the two passes took 14 % and 10 % of huff2's float16 decode).
 
-// MERGEY_BF16 rebuilds 64 output bytes (Y0, Y1) from 32 symbol bytes at DX
-// and 32 R8 bytes at SI, as mergeBF16AVX2 (Y8 = 0x7fs, Y9 = 0x80s).
-#define MERGEY_BF16 \
-	HALVESY \
-	VPERMQ  $0xD8, Y3, Y3 \
-	VPERMQ  $0xD8, Y4, Y4 \
-	VPUNPCKLBW Y4, Y3, Y0 \
-	VPUNPCKHBW Y4, Y3, Y1
-
-// HALVESY builds the low (Y3) and high (Y4) bytes of 32 bfloat16 (or
-// float32 high halves) from 32 symbol bytes at DX and 32 R8 bytes at SI.
-#define HALVESY \
-	VMOVDQU (DX), Y1 \
-	VMOVDQU (SI), Y2 \
-	VPSLLW  $7, Y1, Y3 \
-	VPAND   Y9, Y3, Y3 \
-	VPAND   Y8, Y2, Y4 \
-	VPOR    Y4, Y3, Y3 \
-	VPSRLW  $1, Y1, Y4 \
-	VPAND   Y8, Y4, Y4 \
-	VPAND   Y9, Y2, Y5 \
-	VPOR    Y5, Y4, Y4
-
 // MERGEY_FP16 interleaves 32 low bytes at SI with 32 high bytes at DX into
 // 64 output bytes (Y0, Y1), as vperm.JoinBytesAVX2.
 #define MERGEY_FP16 \
@@ -601,32 +592,25 @@ fin16:
 #define FOLDFINY \
 	VEXTRACTI128 $1, Y11, X2 \
 	VEXTRACTI128 $1, Y12, X3 \
-	VMOVDQU    32(R14), X4 \
-	VPCLMULQDQ $0x00, X4, X11, X5 \
-	VPCLMULQDQ $0x11, X4, X11, X11 \
-	VPXOR      X5, X11, X11 \
-	VMOVDQU    48(R14), X4 \
-	VPCLMULQDQ $0x00, X4, X2, X5 \
-	VPCLMULQDQ $0x11, X4, X2, X2 \
-	VPXOR      X5, X2, X2 \
-	VMOVDQU    64(R14), X4 \
-	VPCLMULQDQ $0x00, X4, X12, X5 \
-	VPCLMULQDQ $0x11, X4, X12, X12 \
-	VPXOR      X5, X12, X12 \
+	SHIFT128(32, X11) \
+	SHIFT128(48, X2) \
+	SHIFT128(64, X12) \
 	VPXOR      X11, X2, X2 \
 	VPXOR      X12, X3, X3 \
 	VPXOR      X2, X3, X3 \
 	VMOVDQU    X3, (AX)
 
+// SHIFT128(OFF, X) multiplies lane X by the fold constants at OFF(R14).
+#define SHIFT128(OFF, X) \
+	VMOVDQU    OFF(R14), X4 \
+	VPCLMULQDQ $0x00, X4, X, X5 \
+	VPCLMULQDQ $0x11, X4, X, X \
+	VPXOR      X5, X, X
+
 // CRCSETY loads the merge masks, the fold constants (R14) and the initial
 // state (BX).
 #define CRCSETY \
-	MOVQ    $0x80, AX \
-	MOVQ    AX, X9 \
-	VPBROADCASTB X9, Y9 \
-	MOVQ    $0x7f, AX \
-	MOVQ    AX, X8 \
-	VPBROADCASTB X8, Y8 \
+	MASKSY \
 	VBROADCASTI128 16(R14), Y13 \
 	VPXOR   Y11, Y11, Y11 \
 	VPXOR   Y12, Y12, Y12 \
@@ -790,12 +774,7 @@ TEXT ·mergeFP32AVX2(SB), NOSPLIT, $0-48
 	MOVQ p2+24(FP), R9
 	MOVQ p3+32(FP), R10
 	MOVQ n32+40(FP), CX
-	MOVQ $0x80, AX
-	MOVQ AX, X9
-	VPBROADCASTB X9, Y9
-	MOVQ $0x7f, AX
-	MOVQ AX, X8
-	VPBROADCASTB X8, Y8
+	MASKSY
 	TESTQ CX, CX
 	JZ   m32done
 
