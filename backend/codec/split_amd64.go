@@ -127,8 +127,9 @@ func useSplitKernels(name string) {
 	case (name == "avx2" || name == "avx2-nofold") && hasAVX2:
 		splitBF16, symsBF16, mergeBF16 = splitBF16Y, symsBF16Y, mergeBF16Y
 		splitFP16, mergeFP16 = splitFP16Y, mergeFP16Y
-		setMergeCRC(false, hasFoldY && name == "avx2")
-		if !hasFoldY || name == "avx2-nofold" {
+		fold := hasFoldY && name == "avx2"
+		setMergeCRC(false, fold)
+		if !fold {
 			mergeFP32CRC = mergeFP32CRCYNoFold
 		}
 	default:

@@ -1,0 +1,3 @@
+module crcread
+
+go 1.22
